@@ -1,0 +1,3 @@
+from ladder._cli.main import main
+
+main()

@@ -1,0 +1,51 @@
+"""`ladder check RUN_DIR`: the ladder for one run against the baseline."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from ladder._cli.main import app
+from ladder._display import display
+from ladder.baseline import resolve_baseline
+from ladder.checks import CheckContext, run_ladder
+from ladder.protocol import load_protocol
+from ladder.records import RunRecord
+from ladder.spec import load_spec, load_spec_protocol
+
+
+def check_run(run_dir: Path, spec_path: Path | None, baseline_dir: Path | None, full_run: Path | None = None):
+    record = RunRecord.load(run_dir)
+    spec = load_spec(spec_path) if spec_path is not None and Path(spec_path).exists() else None
+    protocol = load_spec_protocol(spec) if spec else load_protocol()
+    baseline = resolve_baseline(spec, baseline_dir)
+    if baseline is not None:
+        from ladder.baseline import require_intact
+
+        require_intact(baseline)
+    expected = spec.profile(record.profile).platform if spec and record.profile in spec.profiles else record.platform
+    ctx = CheckContext(run=record, protocol=protocol, baseline=baseline, expected_platform=expected,
+                       full_run=RunRecord.load(full_run) if full_run else None,
+                       options={"run_dir": str(run_dir)})
+    return run_ladder(ctx)
+
+
+@app.command("check")
+def check(
+    run_dir: Path = typer.Argument(..., help="A run directory written by `ladder run`."),
+    baseline_dir: Path | None = typer.Option(None, "--baseline", help="Baseline dir (default: the spec's latest)."),
+    full_run: Path | None = typer.Option(None, "--full-run", help="The attempt's full run, for L3/L4."),
+    spec_path: Path = typer.Option(Path("ladder.toml"), "--spec"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> int:
+    """Print the ladder (L0-L4) for a run; exit 1 unless it reaches L0."""
+    result = check_run(run_dir, spec_path, baseline_dir, full_run)
+    d = display()
+    if as_json:
+        d.json(result.to_json_dict())
+    else:
+        rows = [[c.level, c.name, c.status, c.measured, c.threshold, c.evidence] for c in result.checks]
+        d.table(f"ladder for {run_dir}: achieved {result.achieved_level or 'none'}",
+                ["level", "check", "status", "measured", "threshold", "evidence"], rows)
+    return 0 if result.achieved_level is not None else 1

@@ -1,0 +1,101 @@
+"""The ladder: checks registered by level, run in order, and the achieved level derived from them.
+
+A check is a small function `(ctx: CheckContext) -> CheckResult` that does one job and reports the
+measured value, the threshold and the evidence. Checks never raise for a bad run: a missing input is
+a `not_checked` or `failed` result with the reason in its evidence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable
+
+from ladder.records import LEVELS, CheckResult, LadderResult, RunRecord
+
+if TYPE_CHECKING:
+    from ladder.baseline import Baseline
+    from ladder.protocol import Protocol
+
+CheckFn = Callable[["CheckContext"], CheckResult]
+
+
+@dataclass(frozen=True)
+class CheckContext:
+    run: RunRecord
+    protocol: "Protocol"
+    baseline: "Baseline | None" = None
+    expected_platform: str = ""
+    full_run: RunRecord | None = None  # the attempt's full run, for L3/L4
+    options: dict[str, Any] = field(default_factory=dict)  # e.g. hidden target path, price overrides
+
+    def reference_short(self) -> RunRecord | None:
+        """The baseline short run to compare with: same seed if stored, else the first seed."""
+        return None if self.baseline is None else self.baseline.reference("short", self.run.seed)
+
+    def reference_full(self) -> RunRecord | None:
+        return None if self.baseline is None else self.baseline.reference("full", self.run.seed)
+
+
+_REGISTRY: dict[str, list[tuple[str, CheckFn]]] = {lvl: [] for lvl in LEVELS}
+
+
+def register(level: str, name: str) -> Callable[[CheckFn], CheckFn]:
+    """Register a check at a level; the ladder runs checks in level order, then registration order."""
+
+    def deco(fn: CheckFn) -> CheckFn:
+        if any(n == name for n, _ in _REGISTRY[level]):
+            raise ValueError(f"check {level}/{name} registered twice")
+        _REGISTRY[level].append((name, fn))
+        return fn
+
+    return deco
+
+
+def registered() -> dict[str, list[str]]:
+    _load_builtin()
+    return {lvl: [n for n, _ in fns] for lvl, fns in _REGISTRY.items()}
+
+
+def not_checked(level: str, name: str, why: str) -> CheckResult:
+    return CheckResult(level=level, name=name, status="not_checked", evidence=why)  # type: ignore[arg-type]
+
+
+def _load_builtin() -> None:
+    # Importing the level modules registers their checks (idempotent: modules import once).
+    from ladder.checks import l0, l1, l2, l3, l4  # noqa: F401
+
+
+def achieved_level(checks: list[CheckResult]) -> str | None:
+    """The highest level whose checks, and all lower levels' checks, passed.
+
+    A level with no result, or with any result that is not `passed`, stops the climb: a check that
+    was not run is never counted as passed.
+    """
+    best = None
+    for lvl in LEVELS:
+        at = [c for c in checks if c.level == lvl]
+        if not at or any(c.status != "passed" for c in at):
+            break
+        best = lvl
+    return best
+
+
+def run_ladder(ctx: CheckContext, up_to: str = "L4") -> LadderResult:
+    _load_builtin()
+    results: list[CheckResult] = []
+    for lvl in LEVELS[: LEVELS.index(up_to) + 1]:
+        fns = _REGISTRY[lvl]
+        if not fns:
+            results.append(not_checked(lvl, "level", f"{lvl} checks are not implemented"))
+        for name, fn in fns:
+            try:
+                results.append(fn(ctx))
+            except Exception as e:  # a bug in a check must not pass a run, nor hide the other checks
+                results.append(CheckResult(level=lvl, name=name, status="failed",  # type: ignore[arg-type]
+                                           evidence=f"check raised {type(e).__name__}: {e}"))
+    return LadderResult(
+        run_dir=ctx.options.get("run_dir", ""),
+        baseline=str(ctx.baseline.root) if ctx.baseline is not None else None,
+        achieved_level=achieved_level(results),  # type: ignore[arg-type]
+        checks=results,
+    )

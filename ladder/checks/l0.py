@@ -1,0 +1,54 @@
+"""L0: the run finishes, with a loss curve and a headline metric, and no NaN/Inf in the loss."""
+
+from __future__ import annotations
+
+from ladder.checks import CheckContext, register
+from ladder.records import CheckResult
+
+
+def _result(name: str, ok: bool, measured, threshold, evidence: str) -> CheckResult:
+    return CheckResult(level="L0", name=name, status="passed" if ok else "failed",
+                       measured=measured, threshold=threshold, evidence=evidence)
+
+
+@register("L0", "finished")
+def finished(ctx: CheckContext) -> CheckResult:
+    r = ctx.run
+    if r.ended_at is None:
+        return _result("finished", False, None, "exit 0", "the run never finished (ladder was stopped mid-run)")
+    if r.timed_out:
+        return _result("finished", False, f"timeout after {r.timeout_s:.0f}s", "exit 0 before the timeout",
+                       f"killed after {r.timeout_s:.0f}s; last lines: {r.last_lines[-3:]}")
+    ok = r.exit_code == 0
+    ev = f"exit code {r.exit_code}"
+    if not ok:
+        ev += "; " + ("error lines: " + " | ".join(r.error_lines[:5]) if r.error_lines
+                      else f"last lines: {r.last_lines[-5:]}")
+    return _result("finished", ok, r.exit_code, 0, ev)
+
+
+@register("L0", "loss_logged")
+def loss_logged(ctx: CheckContext) -> CheckResult:
+    r = ctx.run
+    n = r.loss_lines
+    ev = f"{n} loss lines parsed"
+    if n == 0:
+        ev += f"; the loss pattern matched nothing. First lines of output: {r.first_lines[:8]}"
+    return _result("loss_logged", n > 0, n, "> 0", ev)
+
+
+@register("L0", "metric_reported")
+def metric_reported(ctx: CheckContext) -> CheckResult:
+    r = ctx.run
+    ok = r.metric is not None
+    ev = f"{r.metric_name} = {r.metric}" if ok else (
+        f"no headline metric {r.metric_name!r} found; last lines of output: {r.last_lines[-8:]}")
+    return _result("metric_reported", ok, r.metric, "a number", ev)
+
+
+@register("L0", "finite_loss")
+def finite_loss(ctx: CheckContext) -> CheckResult:
+    bad = ctx.run.nonfinite_losses
+    ev = "no NaN/Inf in the logged loss" if not bad else (
+        f"first non-finite loss at step {bad[0].step} ({bad[0].loss}); {len(bad)} such lines recorded")
+    return _result("finite_loss", not bad, len(bad), 0, ev)

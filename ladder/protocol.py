@@ -1,0 +1,124 @@
+"""Protocol definitions (protocols/*.toml) as typed data.
+
+Every threshold and limit ladder applies comes from here: the models carry no defaults on purpose,
+so a value missing from a protocol file is an error rather than a number hidden in code.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from ladder._util.errors import LadderError, SpecError
+from ladder._util.validation import deep_merge, validate_or_raise
+
+PROTOCOLS_DIR = Path(__file__).resolve().parent.parent / "protocols"
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ShortRun(_Section):
+    min_steps: int
+
+
+class Timeout(_Section):
+    factor: float
+
+
+class L1Rules(_Section):
+    window_fraction: float
+    loss_rel_tol: float
+    metric_rel_tol: float
+    trend_segments: int
+    trend_flat_tol: float
+    trend_near_flat: float
+
+
+class CalibratedRules(_Section):
+    min_seeds: int
+    smoothing_fraction: float
+    band_k: float
+    loss_floor_rel: float
+    metric_floor_rel: float
+    curve_floor_rel: float
+    curve_z_max: float
+    undecided_margin: float
+    recommend_seeds: int
+
+
+class L2Rules(_Section):
+    warmup_steps: int
+    warmup_fraction: float
+    fallback_allow: list[str]
+    host_sync_ops: list[str]
+    max_host_syncs_per_step: float
+    host_sync_slack: float
+    optimizer_ignore: list[str]
+    eval_items_must_match: bool
+
+
+class L3Rules(_Section):
+    metric_rel_tol: float
+    hidden_target: str
+
+
+class L4Rules(_Section):
+    require_faster: bool
+    require_cheaper: bool
+
+
+class Limits(_Section):
+    max_attempts_without_l0: int
+    max_hours_without_l0: float
+    max_full_run_hours: float
+
+
+class Protocol(_Section):
+    name: str
+    description: str
+    short_run: ShortRun
+    timeout: Timeout
+    l1: L1Rules
+    calibrated: CalibratedRules
+    l2: L2Rules
+    l3: L3Rules
+    l4: L4Rules
+    limits: Limits
+    source_path: str = ""  # where it was loaded from (provenance, not a threshold)
+
+
+def resolve_protocol_path(name_or_path: str, base_dir: Path | None = None) -> Path:
+    candidates = []
+    p = Path(name_or_path)
+    if p.suffix == ".toml":
+        candidates += [p] if p.is_absolute() else [(base_dir or Path.cwd()) / p, PROTOCOLS_DIR / p.name]
+    else:
+        if base_dir is not None:
+            candidates.append(base_dir / "protocols" / f"{name_or_path}.toml")
+        candidates.append(PROTOCOLS_DIR / f"{name_or_path}.toml")
+    for c in candidates:
+        if c.exists():
+            return c.resolve()
+    known = sorted(x.stem for x in PROTOCOLS_DIR.glob("*.toml"))
+    raise LadderError(
+        f"protocol {name_or_path!r} not found (looked in {', '.join(str(c) for c in candidates)})",
+        f"use one of {known} or a path to a .toml file",
+    )
+
+
+def load_protocol(name_or_path: str = "ncsu", overrides: dict[str, Any] | None = None,
+                  base_dir: Path | None = None) -> Protocol:
+    path = resolve_protocol_path(name_or_path, base_dir)
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise SpecError(str(path), [("<file>", "", f"not valid TOML: {e}")]) from None
+    if overrides:
+        data = deep_merge(data, overrides)
+    data["source_path"] = str(path)
+    return validate_or_raise(Protocol, data, str(path) + (" (with the spec's overrides)" if overrides else ""))

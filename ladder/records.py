@@ -1,0 +1,152 @@
+"""Versioned records: a run, a check result, a ladder verdict.
+
+These are data, written once. A record read back with an unknown schema version is refused
+rather than guessed at. Nothing here runs anything.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ladder._util.errors import LadderError
+
+RUN_SCHEMA = 1
+LEVELS = ("L0", "L1", "L2", "L3", "L4")
+Level = Literal["L0", "L1", "L2", "L3", "L4"]
+RunKind = Literal["short", "full"]
+CheckStatus = Literal["passed", "failed", "not_checked", "undecided"]
+
+
+class LossPoint(BaseModel):
+    # NaN/Inf losses are evidence: keep them as "NaN"/"Infinity" strings in standard JSON.
+    model_config = ConfigDict(ser_json_inf_nan="strings")
+
+    step: int
+    loss: float
+    t: float  # seconds since the run started (same clock as the probe's timestamps)
+
+
+class EvalPoint(BaseModel):
+    t: float
+    step: int | None = None
+    items: int | None = None
+    values: dict[str, float] = Field(default_factory=dict)
+
+
+class Provenance(BaseModel):
+    source: str
+    git_commit: str | None = None
+    git_dirty: bool = False
+    uncommitted_sha256: str | None = None  # hash of `git diff HEAD` plus untracked files
+    packages: list[str] = Field(default_factory=list)  # `pip freeze` of the profile's environment
+    python: str = ""
+    hostname: str = ""
+
+
+class RunRecord(BaseModel):
+    """Everything ladder knows about one captured run. Stored as run.json in its run directory."""
+
+    schema_version: int = RUN_SCHEMA
+    run_id: str
+    kind: RunKind
+    profile: str
+    platform: str
+    seed: int
+    command: str
+    cwd: str
+    started_at: float  # epoch seconds
+    ended_at: float | None = None
+    exit_code: int | None = None
+    timed_out: bool = False
+    killed: bool = False  # killed by a signal from outside (not the timeout)
+    timeout_s: float
+    loss_curve: list[LossPoint] = Field(default_factory=list)
+    curve_stride: int = 1  # >1 when a very long curve was decimated to bound memory
+    loss_lines: int = 0  # loss lines seen (before decimation)
+    nonfinite_losses: list[LossPoint] = Field(default_factory=list)
+    evals: list[EvalPoint] = Field(default_factory=list)
+    metric_name: str = ""
+    metric: float | None = None
+    metric_direction: Literal["max", "min"] = "max"
+    error_lines: list[str] = Field(default_factory=list)  # lines that look like errors (first few)
+    first_lines: list[str] = Field(default_factory=list)  # shown when a pattern matched nothing
+    last_lines: list[str] = Field(default_factory=list)
+    line_count: int = 0
+    log_files: dict[str, str] = Field(default_factory=dict)  # stream -> file name in the run dir
+    provenance: Provenance
+    price_per_hour: float = 0.0
+    chips: int = 1
+    probe: dict[str, Any] | None = None  # merged probe reports (ladder.probe_report)
+    notes: list[str] = Field(default_factory=list)
+
+    @property
+    def wall_s(self) -> float | None:
+        return None if self.ended_at is None else self.ended_at - self.started_at
+
+    def save(self, run_dir: Path) -> Path:
+        path = run_dir / "run.json"
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(self.model_dump_json(indent=1))
+        tmp.replace(path)
+        return path
+
+    @classmethod
+    def load(cls, run_dir: Path) -> "RunRecord":
+        path = run_dir / "run.json" if run_dir.is_dir() else run_dir
+        if not path.exists():
+            raise LadderError(f"no run.json in {run_dir}", "pass a run directory written by `ladder run`")
+        data = json.loads(path.read_text())
+        version = data.get("schema_version")
+        if version != RUN_SCHEMA:
+            raise LadderError(
+                f"{path}: run schema version {version!r}, this ladder reads {RUN_SCHEMA}",
+                "re-run with this ladder version or upgrade ladder",
+            )
+        return cls.model_validate(data)
+
+
+class CheckResult(BaseModel):
+    """One check's verdict with the evidence a reviewer needs."""
+
+    level: Level
+    name: str
+    status: CheckStatus
+    measured: Any = None
+    threshold: Any = None
+    evidence: str = ""
+    details: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool | None:
+        return {"passed": True, "failed": False}.get(self.status)
+
+    def model_dump(self, **kw: Any) -> dict[str, Any]:  # type: ignore[override]
+        d = super().model_dump(**kw)
+        d["passed"] = self.passed
+        return d
+
+
+class LadderResult(BaseModel):
+    schema_version: int = 1
+    run_dir: str
+    baseline: str | None = None
+    achieved_level: Level | None
+    checks: list[CheckResult]
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": self.schema_version,
+            "run_dir": self.run_dir,
+            "baseline": self.baseline,
+            "achieved_level": self.achieved_level,
+            "checks": [c.model_dump() for c in self.checks],
+        }
+
+
+def level_index(level: str | None) -> int:
+    """-1 for no level, 0..4 for L0..L4."""
+    return -1 if level is None else LEVELS.index(level)

@@ -1,0 +1,175 @@
+"""Execute one captured run of a spec's experiment on a profile, and record it as run.json.
+
+Owns the run directory layout:
+  runs/<name>/<run_id>/run.json        the RunRecord (written at start, rewritten at the end)
+                       stdout.log      timestamped output, stderr.log likewise
+                       probe/          the probe's per-process reports
+                       work/           the copy of the code under test the run executes in
+                       MANIFEST.sha256 hashes of everything but work/
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from ladder._util.errors import LadderError
+from ladder._util.hashing import write_manifest
+from ladder.envs import Environment, ensure_env, package_list, resolve_interpreter
+from ladder.parse import OutputParser
+from ladder.protocol import Protocol
+from ladder.provenance import provenance
+from ladder.records import RunRecord
+from ladder.runner import RunRequest, get_runner
+from ladder.runner.scrub import scrubbed_env
+from ladder.spec import Profile, Spec, load_spec_protocol
+
+Progress = Callable[[str, dict], None]  # (event, data): "env", "start", "loss", "end"
+COPY_IGNORE = shutil.ignore_patterns(".git", "runs", "baselines", "journals", "__pycache__", "*.pyc",
+                                     ".ladder*", "ladder.toml")
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    spec: Spec
+    profile_name: str
+    kind: str
+    seed: int
+    source: Path
+    run_dir: Path
+    timeout_s: float
+
+
+def profile_environment(profile: Profile, progress: Progress | None = None) -> Environment:
+    if profile.setup:
+        cb = (lambda msg: progress("env", {"message": msg})) if progress else None
+        return ensure_env(profile.setup, profile.python or "{env}/bin/python", cb)
+    return Environment(resolve_interpreter(profile.python), None)
+
+
+def timeout_for(spec: Spec, protocol: Protocol, kind: str) -> float:
+    minutes = spec.timeout_minutes or protocol.timeout.factor * spec.expected_minutes(kind)
+    return minutes * 60.0
+
+
+def new_run_dir(spec: Spec, profile: str, kind: str, seed: int, parent: Path | None = None) -> Path:
+    parent = parent or spec.runs_dir
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    base = parent / f"{profile}-{kind}-s{seed}-{stamp}"
+    path, n = base, 1
+    while path.exists():
+        n += 1
+        path = Path(f"{base}-{n}")
+    path.mkdir(parents=True)
+    return path
+
+
+def _command(spec: Spec, profile: Profile, kind: str, seed: int, python: str, run_dir: Path) -> str:
+    values = {**spec.experiment.vars, **profile.vars, "python": shlex.quote(python), "seed": str(seed),
+              "steps": str(spec.steps(kind)), "run_dir": shlex.quote(str(run_dir))}
+    try:
+        return spec.command(kind).format(**values)
+    except (KeyError, IndexError, ValueError) as e:
+        raise LadderError(f"cannot fill the {kind} command's placeholders: {e}",
+                          "define every {placeholder} in [experiment.vars] or the profile's vars")
+
+
+def execute_run(spec: Spec, profile_name: str, kind: str, seed: int = 0, source: Path | None = None,
+                run_dir: Path | None = None, progress: Progress | None = None,
+                timeout_s: float | None = None) -> RunRecord:
+    """Run the experiment once and return its record (also saved as run_dir/run.json)."""
+    from ladder.probe_report import merge_reports, probe_env
+
+    if kind not in ("short", "full"):
+        raise LadderError(f"unknown run kind {kind!r}", "use --kind short or --kind full")
+    protocol = load_spec_protocol(spec)
+    profile = spec.profile(profile_name)
+    source = (source or spec.source_dir).resolve()
+    if not source.is_dir():
+        raise LadderError(f"source {source} is not a directory", "pass --source DIR of a checkout")
+    env_info = profile_environment(profile, progress)
+    run_dir = run_dir or new_run_dir(spec, profile_name, kind, seed)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if profile.workdir == "copy":
+        cwd = run_dir / "work"
+        if cwd.exists():
+            shutil.rmtree(cwd)
+        shutil.copytree(source, cwd, ignore=COPY_IGNORE, symlinks=True)
+    else:
+        cwd = source
+    command = _command(spec, profile, kind, seed, env_info.python, run_dir)
+
+    packages: list[str] = []
+    freezer = threading.Thread(target=lambda: packages.extend(package_list(env_info.python)), daemon=True)
+    freezer.start()
+
+    env, removed = scrubbed_env(dict(os.environ), profile.pass_env)
+    env.update(profile.env)
+    env.update(probe_env(run_dir / "probe"))
+    env.update({"PYTHONUNBUFFERED": "1", "LADDER_RUN_DIR": str(run_dir), "LADDER_SEED": str(seed)})
+    timeout = timeout_s if timeout_s is not None else timeout_for(spec, protocol, kind)
+
+    parser = OutputParser(spec.parse)
+    record = RunRecord(
+        run_id=run_dir.name, kind=kind, profile=profile_name, platform=profile.platform, seed=seed,  # type: ignore[arg-type]
+        command=command, cwd=str(cwd), started_at=time.time(), timeout_s=timeout,
+        metric_name=spec.parse.metric_name, metric_direction=spec.parse.direction,
+        provenance=provenance(source, env_info.python, []), price_per_hour=profile.price_per_hour,
+        chips=profile.chips, notes=[f"scrubbed from the environment: {', '.join(removed)}"] if removed else [],
+    )
+    record.save(run_dir)  # a crash from here on still leaves a record with ended_at = None
+    if progress:
+        progress("start", {"run_dir": str(run_dir), "command": command, "timeout_s": timeout})
+
+    last_report = [0.0]
+
+    def on_line(stream: str, line: str, t: float) -> None:
+        before = parser.loss_lines
+        parser.feed(line, t)
+        if progress and parser.loss_lines != before and t - last_report[0] > 0.1:
+            last_report[0] = t
+            progress("loss", {"step": parser.last_step, "loss": parser.last_loss, "t": t,
+                              "steps": spec.steps(kind)})
+
+    runner = get_runner(profile.runner)
+    outcome = runner.execute(RunRequest(argv=command, cwd=cwd, env=env, log_dir=run_dir, timeout_s=timeout),
+                             on_line)
+    freezer.join(timeout=120)
+
+    record.started_at = outcome.started_at
+    # Re-base line times: they were measured from the runner's start.
+    record.ended_at = outcome.ended_at
+    record.exit_code = outcome.exit_code
+    record.timed_out = outcome.timed_out
+    record.killed = outcome.killed_by_signal is not None and not outcome.timed_out
+    record.loss_curve = parser.curve
+    record.curve_stride = parser.stride
+    record.loss_lines = parser.loss_lines
+    record.nonfinite_losses = parser.nonfinite
+    record.evals = parser.evals
+    record.metric = parser.metric
+    record.error_lines = parser.error_lines
+    record.first_lines = parser.first_lines
+    record.last_lines = list(parser.last_lines)
+    record.line_count = parser.line_count
+    record.log_files = outcome.log_files
+    record.provenance.packages = packages
+    record.probe = merge_reports(run_dir / "probe")
+    if parser.line_count and parser.loss_lines == 0:
+        record.notes.append("the loss pattern matched no line: see first_lines and fix [parse].loss")
+    if parser.line_count and parser.metric_raw is None:
+        record.notes.append("the metric pattern matched no line: see last_lines and fix [parse].metric")
+    elif parser.metric_raw is not None and parser.metric is None:
+        record.notes.append(f"the metric pattern matched but {parser.metric_raw!r} is not a number")
+    record.save(run_dir)
+    write_manifest(run_dir)
+    if progress:
+        progress("end", {"run_dir": str(run_dir), "exit_code": outcome.exit_code,
+                         "timed_out": outcome.timed_out, "metric": parser.metric})
+    return record

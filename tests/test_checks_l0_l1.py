@@ -1,0 +1,96 @@
+"""L0 and L1 on real runs, and the trend test on curves with known answers."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+
+from helpers import cli_json, ladder_cli, workspace
+from ladder.compare import trend_test, window_mean
+from ladder.protocol import load_protocol
+from ladder.records import LossPoint
+
+
+def _curve(values) -> list[LossPoint]:
+    return [LossPoint(step=i + 1, loss=float(v), t=float(i)) for i, v in enumerate(values)]
+
+
+def _by_name(result: dict) -> dict:
+    return {(c["level"], c["name"]): c for c in result["checks"]}
+
+
+def test_trend_agrees_on_the_same_shape_with_noise() -> None:
+    rng = np.random.default_rng(0)
+    s = np.arange(200)
+    base = 2 * np.exp(-s / 40) + 0.3
+    run = base * 1.02 + rng.normal(0, 0.01, 200)
+    p = load_protocol().l1
+    t = trend_test(_curve(run), _curve(base), p.trend_segments, p.trend_flat_tol, p.trend_near_flat)
+    assert t.agree, t.describe()
+
+
+def test_trend_disagrees_when_the_run_diverges_late() -> None:
+    s = np.arange(200)
+    base = 2 * np.exp(-s / 40) + 0.3
+    run = base.copy()
+    run[120:] += np.linspace(0, 0.8, 80)  # loss climbs back up after step 120
+    p = load_protocol().l1
+    t = trend_test(_curve(run), _curve(base), p.trend_segments, p.trend_flat_tol, p.trend_near_flat)
+    assert not t.agree and t.run_classes[-1] == "up" and t.base_classes[-1] != "up"
+
+
+def test_trend_disagrees_when_the_run_never_learns() -> None:
+    s = np.arange(200)
+    base = 2 * np.exp(-s / 40) + 0.3
+    run = np.full(200, 2.3)
+    p = load_protocol().l1
+    t = trend_test(_curve(run), _curve(base), p.trend_segments, p.trend_flat_tol, p.trend_near_flat)
+    assert not t.agree and t.run_classes[0] == "flat" and t.base_classes[0] == "down"
+
+
+def test_window_mean_uses_the_last_quarter_of_steps() -> None:
+    c = _curve([10.0] * 75 + [2.0] * 25)
+    assert math.isclose(window_mean(c, 0.25), 2.0, rel_tol=0.05)
+
+
+def test_ladder_on_a_faithful_and_a_diverging_port(tmp_path: Path) -> None:
+    ws = workspace(tmp_path)
+    cli_json("baseline", "--short-only", cwd=ws)
+    same = cli_json("run", "--on", "target", cwd=ws)
+    ok = cli_json("check", same["run_dir"], cwd=ws)
+    checks = _by_name(ok)
+    assert all(checks[("L0", n)]["passed"] for n in ("finished", "loss_logged", "metric_reported", "finite_loss"))
+    assert checks[("L1", "loss_window")]["passed"] and checks[("L1", "metric")]["passed"]
+    assert checks[("L1", "trend")]["passed"]
+    assert ok["achieved_level"] in ("L1", "L2")
+    assert checks[("L3", "level")]["status"] == "not_checked" or ("L3", "metric") in checks
+
+    # The port smooths its labels: the loss curve shifts by >10%, silently (exit 0, metric printed).
+    text = (ws / "ladder.toml").read_text()
+    port = tmp_path / "port"
+    port.mkdir()
+    (port / "train.py").write_text((ws / "train.py").read_text().replace(
+        'default=0.0)', 'default=0.01)', 1))
+    diverged = cli_json("run", "--on", "target", "--source", str(port), cwd=ws)
+    bad = cli_json("check", diverged["run_dir"], cwd=ws)
+    lw = _by_name(bad)[("L1", "loss_window")]
+    assert lw["passed"] is False and lw["measured"] > 0.10
+    assert "relative difference" in lw["evidence"] and "within 5%" in lw["evidence"]
+    assert bad["achieved_level"] == "L0"
+    assert text == (ws / "ladder.toml").read_text()
+
+
+def test_crash_and_nan_fail_l0(tmp_path: Path) -> None:
+    ws = workspace(tmp_path)
+    text = (ws / "ladder.toml").read_text()
+    (ws / "ladder.toml").write_text(text.replace('extra = ""', 'extra = "--nan-at 60"'))
+    run = cli_json("run", "--on", "target", cwd=ws)
+    p = ladder_cli("check", run["run_dir"], "--json", cwd=ws)
+    import json
+
+    res = json.loads(p.stdout)
+    finite = _by_name(res)[("L0", "finite_loss")]
+    assert p.returncode == 1 and res["achieved_level"] is None
+    assert finite["passed"] is False and "step 60" in finite["evidence"]
