@@ -28,6 +28,10 @@ class CheckContext:
     full_run: RunRecord | None = None  # the attempt's full run, for L3/L4
     options: dict[str, Any] = field(default_factory=dict)  # e.g. hidden target path, price overrides
 
+    def reference(self) -> RunRecord | None:
+        """The baseline run of the same kind as this run (short for short, full for full)."""
+        return self.reference_full() if self.run.kind == "full" else self.reference_short()
+
     def reference_short(self) -> RunRecord | None:
         """The baseline short run to compare with: same seed if stored, else the first seed."""
         return None if self.baseline is None else self.baseline.reference("short", self.run.seed)

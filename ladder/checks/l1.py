@@ -12,10 +12,6 @@ from ladder.compare import rel_diff, trend_test, window_mean
 from ladder.records import CheckResult, RunRecord
 
 
-def _reference(ctx: CheckContext) -> RunRecord | None:
-    return ctx.reference_full() if ctx.run.kind == "full" else ctx.reference_short()
-
-
 def _seed_runs(ctx: CheckContext) -> list[RunRecord]:
     if ctx.baseline is None:
         return []
@@ -32,7 +28,7 @@ def _status(ok: bool | None) -> str:
 
 @register("L1", "loss_window")
 def loss_window(ctx: CheckContext) -> CheckResult:
-    ref = _reference(ctx)
+    ref = ctx.reference()
     if ref is None:
         return not_checked("L1", "loss_window", "no baseline run of this kind to compare with")
     frac = ctx.protocol.l1.window_fraction
@@ -60,7 +56,7 @@ def loss_window(ctx: CheckContext) -> CheckResult:
 
 @register("L1", "metric")
 def metric(ctx: CheckContext) -> CheckResult:
-    ref = _reference(ctx)
+    ref = ctx.reference()
     if ref is None or ref.metric is None:
         return not_checked("L1", "metric", "no baseline metric to compare with")
     if ctx.run.metric is None:
@@ -85,7 +81,7 @@ def metric(ctx: CheckContext) -> CheckResult:
 
 @register("L1", "trend")
 def trend(ctx: CheckContext) -> CheckResult:
-    ref = _reference(ctx)
+    ref = ctx.reference()
     if ref is None:
         return not_checked("L1", "trend", "no baseline run of this kind to compare with")
     p = ctx.protocol.l1

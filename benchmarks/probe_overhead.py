@@ -1,0 +1,116 @@
+"""What the injected probe costs: step time with and without it, and its start-up and exit cost.
+
+Run:  python benchmarks/probe_overhead.py [--python PY] [--repeats 9] [--steps 400]
+Runs with and without the probe alternate (order flipped each repeat) so drift hits both alike; the
+ratio reported is the median of the per-pair ratios of median step times. The workload is a small
+MLP whose step takes about a millisecond, so a fixed per-step cost shows up rather than hides.
+Goal: ratio within 1.02.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from ladder.probe_report import probe_env  # noqa: E402
+
+WORKLOAD = """
+import sys, time, torch
+steps, hidden = int(sys.argv[1]), int(sys.argv[2])
+torch.manual_seed(0)
+torch.set_num_threads(1)
+model = torch.nn.Sequential(torch.nn.Linear(64, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, hidden),
+                            torch.nn.ReLU(), torch.nn.Linear(hidden, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+x, y = torch.randn(64, 64), torch.randn(64, 1)
+times = []
+for i in range(steps):
+    t = time.perf_counter()
+    loss = ((model(x) - y) ** 2).mean()
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+    times.append(time.perf_counter() - t)
+print(sorted(times[steps // 10:])[len(times[steps // 10:]) // 2])
+"""
+
+
+def _run(python: str, args: list[str], probe_dir: Path | None) -> tuple[float, str]:
+    env = dict(os.environ)
+    if probe_dir is not None:
+        env.update(probe_env(probe_dir))
+    t = time.perf_counter()
+    p = subprocess.run([python, *args], capture_output=True, text=True, env=env, check=True)
+    return time.perf_counter() - t, p.stdout
+
+
+HOOK_COST = """
+import sys, timeit, torch
+probe = sys.modules["_ladder_probe"]  # loaded by the injected sitecustomize
+model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+probe._optimizer_step_hook(opt, (), {})
+n = 20000
+print(timeit.timeit(lambda: probe._optimizer_step_hook(opt, (), {}), number=n) / n
+      - timeit.timeit(lambda: None, number=n) / n)
+"""
+
+
+def _import_ms(python: str, probe_dir: Path) -> float:
+    env = {**os.environ, **probe_env(probe_dir)}
+    err = subprocess.run([python, "-X", "importtime", "-c", "pass"], capture_output=True, text=True, env=env).stderr
+    line = next(x for x in err.splitlines() if x.split("|")[-1].strip() == "sitecustomize")
+    return int(line.split("|")[1]) / 1000
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--python", default=sys.executable)
+    ap.add_argument("--repeats", type=int, default=9)
+    ap.add_argument("--steps", type=int, default=400)
+    ap.add_argument("--hidden", type=int, default=128)
+    a = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="probe-bench-"))
+    ratios, bare_steps, probed_steps, start_bare, start_probed = [], [], [], [], []
+    for r in range(a.repeats):
+        order = (False, True) if r % 2 == 0 else (True, False)
+        step = {}
+        for with_probe in order:
+            _, out = _run(a.python, ["-c", WORKLOAD, str(a.steps), str(a.hidden)],
+                          tmp / f"w{r}" if with_probe else None)
+            step[with_probe] = float(out.strip().splitlines()[-1])
+        ratios.append(step[True] / step[False])
+        bare_steps.append(step[False])
+        probed_steps.append(step[True])
+        for with_probe in order:  # start-up: an empty program, which imports no framework
+            wall, _ = _run(a.python, ["-c", "pass"], tmp / f"s{r}" if with_probe else None)
+            (start_probed if with_probe else start_bare).append(wall)
+    import_ms = statistics.median(_import_ms(a.python, tmp / f"i{r}") for r in range(a.repeats))
+    _, out = _run(a.python, ["-c", HOOK_COST], tmp / "hook")
+    hook_us = float(out.strip().splitlines()[-1]) * 1e6
+    reports = [json.loads(p.read_text()) for p in tmp.glob("w*/probe-*.json")]
+    assert len(reports) == a.repeats, "every probed workload run must leave a report"
+    exit_ms = statistics.median(rep["exit_ms"] for rep in reports)
+    install_ms = statistics.median(rep["install_ms"] for rep in reports)
+    print(f"step time without probe: {statistics.median(bare_steps) * 1e3:.3f} ms (median of {a.repeats} runs)")
+    print(f"step time with probe:    {statistics.median(probed_steps) * 1e3:.3f} ms")
+    print(f"step time ratio (with/without), median of per-pair ratios: {statistics.median(ratios):.4f} "
+          f"(pairs: {', '.join(f'{x:.3f}' for x in ratios)}; goal <= 1.02)")
+    print(f"per-step cost measured in-process: optimizer hook {hook_us:.2f} us = "
+          f"{hook_us / (statistics.median(bare_steps) * 1e6) * 100:.2f}% of a step (forward hook: off between samples)")
+    print(f"start-up cost: {(statistics.median(start_probed) - statistics.median(start_bare)) * 1e3:.1f} ms wall "
+          f"(python -c pass: {statistics.median(start_bare) * 1e3:.1f} -> {statistics.median(start_probed) * 1e3:.1f} ms); "
+          f"import of the probe's sitecustomize {import_ms:.2f} ms (-X importtime), install() {install_ms:.2f} ms")
+    print(f"exit cost: {exit_ms:.2f} ms (read counters, encode and write the report; median of {len(reports)})")
+
+
+if __name__ == "__main__":
+    main()

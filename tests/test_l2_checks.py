@@ -1,0 +1,231 @@
+"""L2 on real runs: each fault really happens in a tiny training script and is caught with its cause.
+
+The reference is the torch CPU run of tests/fixtures/probe/torch_train.py; targets run the same
+script on PyTorch/XLA (PJRT_DEVICE=CPU), or its JAX twin jax_train.py. `capture` is the one piece
+of glue: it runs a script with the probe injected, timestamps its stdout lines the way the runner
+does, and builds the RunRecord from them and the merged probe reports.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from ladder.baseline import Baseline, BaselineMeta
+from ladder.checks import CheckContext, run_ladder
+from ladder.parse import OutputParser
+from ladder.probe_report import merge_reports, probe_env
+from ladder.protocol import load_protocol
+from ladder.records import CheckResult, Provenance, RunRecord
+from ladder.spec import ParseSpec
+
+FIX = Path(__file__).resolve().parent / "fixtures" / "probe"
+PARSE = ParseSpec(loss=r"^step (?P<step>\d+) loss (?P<loss>\S+)", metric=r"^eval step \d+ items \d+ acc (?P<value>\S+)",
+                  direction="max", eval=r"^eval step (?P<step>\d+) items (?P<items>\d+) acc (?P<acc>\S+)")
+TARGET_ENV = {"PJRT_DEVICE": "CPU", "XLA_FLAGS": "--xla_force_host_platform_device_count=1"}
+
+
+def capture(python: str, script: str, args: list[str], out: Path, options: dict | None = None,
+            env: dict | None = None, timeout: float = 180) -> RunRecord:
+    """Run a fixture script with the probe, as the runner does, and return its RunRecord."""
+    probe_dir = out / "probe"
+    full_env = {**os.environ, **TARGET_ENV, **(env or {}), **probe_env(probe_dir, options)}
+    parser = OutputParser(PARSE)
+    started = time.time()
+    proc = subprocess.Popen([python, str(FIX / script), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=full_env, cwd=out)
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        parser.feed(line.rstrip("\n"), time.time() - started)
+    stderr = proc.stderr.read() if proc.stderr else ""
+    rc = proc.wait(timeout=timeout)
+    assert rc == 0, f"{script} {args} exited {rc}:\n{stderr[-3000:]}"
+    return RunRecord(run_id=out.name, kind="short", profile="test", platform="test", seed=0,
+                     command=f"{python} {script} {' '.join(args)}", cwd=str(out), started_at=started,
+                     ended_at=time.time(), exit_code=rc, timeout_s=timeout, loss_curve=parser.curve,
+                     loss_lines=parser.loss_lines, nonfinite_losses=parser.nonfinite, evals=parser.evals,
+                     metric=parser.metric, provenance=Provenance(source="test"),
+                     probe=merge_reports(probe_dir))
+
+
+_CACHE: dict[tuple, RunRecord] = {}
+
+
+@pytest.fixture(scope="session")
+def runs(tmp_path_factory):
+    """Memoised captured runs: several tests share the reference and the clean runs."""
+
+    def get(python: str, script: str, *args: str) -> RunRecord:
+        key = (python, script, args)
+        if key not in _CACHE:
+            out = tmp_path_factory.mktemp("run")
+            _CACHE[key] = capture(python, script, list(args), out)
+        return _CACHE[key]
+
+    return get
+
+
+def _baseline(ref: RunRecord) -> Baseline:
+    meta = BaselineMeta(name="t", version=1, created_at=ref.started_at, profile="reference", platform="cpu",
+                        seeds=[0], full_seeds=[], spec_sha256="", protocol="ncsu")
+    return Baseline(root=Path(ref.cwd), meta=meta, short_runs=[ref], full_runs=[])
+
+
+def l2(run: RunRecord, expected: str, ref: RunRecord | None) -> dict[str, CheckResult]:
+    ctx = CheckContext(run=run, protocol=load_protocol(), baseline=None if ref is None else _baseline(ref),
+                       expected_platform=expected)
+    result = run_ladder(ctx, up_to="L2")
+    return {c.name: c for c in result.checks if c.level == "L2"}
+
+
+@pytest.fixture(scope="session")
+def reference(runs, torch_python) -> RunRecord:
+    return runs(torch_python, "torch_train.py")
+
+
+# ---------------------------------------------------------------- torch CPU (reference stack)
+
+@pytest.mark.slow
+def test_reference_passes_l2_against_itself(reference) -> None:
+    checks = l2(reference, "cpu", reference)
+    assert all(c.status == "passed" for c in checks.values()), {n: (c.status, c.evidence) for n, c in checks.items()}
+    assert reference.probe["optimizer_steps"] == 40
+
+
+@pytest.mark.slow
+def test_nan_mid_run_is_caught_with_its_step(runs, torch_python, reference) -> None:
+    run = runs(torch_python, "torch_train.py", "--fault", "nan")
+    c = l2(run, "cpu", reference)["numerics"]
+    assert c.status == "failed"
+    assert "step 20" in c.evidence, c.evidence
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fault, expect", [("adam", "optimizer sgd -> adam"),
+                                           ("weight_decay", "weight_decay: None -> 0.01")])
+def test_optimizer_change_is_diffed(runs, torch_python, reference, fault, expect) -> None:
+    run = runs(torch_python, "torch_train.py", "--fault", fault)
+    c = l2(run, "cpu", reference)["optimizer_unchanged"]
+    assert c.status == "failed" and expect in c.evidence, c.evidence
+
+
+@pytest.mark.slow
+def test_truncated_evaluation_is_caught(runs, torch_python, reference) -> None:
+    run = runs(torch_python, "torch_train.py", "--fault", "eval_truncated")
+    c = l2(run, "cpu", reference)["evaluation_complete"]
+    assert c.status == "failed"
+    assert "64 items, the baseline's 128" in c.evidence, c.evidence
+
+
+@pytest.mark.slow
+def test_torch_compile_recompile_after_warmup_names_function_and_guard(runs, torch_python, reference) -> None:
+    clean = runs(torch_python, "torch_train.py", "--compile")
+    assert l2(clean, "cpu", reference)["recompilation"].status == "passed"
+    run = runs(torch_python, "torch_train.py", "--compile", "--fault", "recompile")
+    c = l2(run, "cpu", reference)["recompilation"]
+    assert c.status == "failed"
+    assert "mse" in c.evidence and "scale == 1.0" in c.evidence and "step 20" in c.evidence, c.evidence
+
+
+def test_without_probe_report_checks_are_not_checked(reference) -> None:
+    bare = reference.model_copy(update={"probe": None})
+    checks = l2(bare, "cpu", reference)
+    for name in ("platform", "cpu_fallback", "recompilation", "host_syncs", "numerics", "optimizer_unchanged"):
+        assert checks[name].status == "not_checked", (name, checks[name].evidence)
+
+
+# ---------------------------------------------------------------- PyTorch/XLA
+
+@pytest.mark.slow
+@pytest.mark.xla
+def test_clean_xla_run_passes_l2(runs, xla_python, reference) -> None:
+    run = runs(xla_python, "torch_train.py", "--device", "xla")
+    checks = l2(run, "xla", reference)
+    assert all(c.status == "passed" for c in checks.values()), {n: (c.status, c.evidence) for n, c in checks.items()}
+    assert run.probe["platforms"]["xla"] == ["CPU"]
+    assert run.probe["aten"]["fallback"] == {}
+
+
+@pytest.mark.slow
+@pytest.mark.xla
+def test_xla_batch_shape_changing_every_step_recompiles(runs, xla_python, reference) -> None:
+    run = runs(xla_python, "torch_train.py", "--device", "xla", "--fault", "shape")
+    c = l2(run, "xla", reference)["recompilation"]
+    assert c.status == "failed", c.evidence
+    assert run.probe["compiles"]["xla"] >= 40  # one graph per batch size
+    assert "PyTorch/XLA compiled" in c.evidence
+
+
+@pytest.mark.slow
+@pytest.mark.xla
+def test_xla_unique_is_a_cpu_fallback_named_per_step(runs, xla_python, reference) -> None:
+    run = runs(xla_python, "torch_train.py", "--device", "xla", "--fault", "unique")
+    c = l2(run, "xla", reference)["cpu_fallback"]
+    assert c.status == "failed"
+    assert "aten::_unique2 x40 (1.00/step)" in c.evidence, c.evidence
+
+
+@pytest.mark.slow
+@pytest.mark.xla
+def test_xla_item_every_step_is_host_syncs(runs, xla_python, reference) -> None:
+    run = runs(xla_python, "torch_train.py", "--device", "xla", "--fault", "item")
+    checks = l2(run, "xla", reference)
+    c = checks["host_syncs"]
+    assert c.status == "failed" and c.measured > 1.0, c.evidence
+    assert "_local_scalar_dense" in c.evidence
+    assert checks["cpu_fallback"].status == "passed"  # a host sync is not a fallback
+
+
+@pytest.mark.slow
+@pytest.mark.xla
+def test_xla_port_that_builds_tensors_on_cpu_is_a_silent_fallback(runs, xla_python, reference) -> None:
+    run = runs(xla_python, "torch_train.py", "--device", "xla", "--fault", "cpu_tensors")
+    c = l2(run, "xla", reference)["platform"]
+    assert c.status == "failed"
+    assert "tensors on cpu" in c.evidence and "Sequential" in c.evidence, c.evidence
+
+
+# ---------------------------------------------------------------- JAX
+
+@pytest.mark.slow
+@pytest.mark.jax
+def test_clean_jax_run_passes_l2_against_the_torch_reference(runs, jax_python, reference) -> None:
+    run = runs(jax_python, "jax_train.py")
+    checks = l2(run, "jax-cpu", reference)
+    assert all(c.status == "passed" for c in checks.values()), {n: (c.status, c.evidence) for n, c in checks.items()}
+
+
+@pytest.mark.slow
+@pytest.mark.jax
+def test_jax_on_cpu_when_tpu_expected_fails_platform(runs, jax_python, reference) -> None:
+    run = runs(jax_python, "jax_train.py")
+    c = l2(run, "jax-tpu", reference)["platform"]
+    assert c.status == "failed" and "default_backend() was cpu" in c.evidence, c.evidence
+
+
+@pytest.mark.slow
+@pytest.mark.jax
+def test_jax_batch_shape_changing_every_step_recompiles_train_step(runs, jax_python, reference) -> None:
+    run = runs(jax_python, "jax_train.py", "--fault", "shape")
+    c = l2(run, "jax-cpu", reference)["recompilation"]
+    assert c.status == "failed" and "jit(train_step)" in c.evidence, c.evidence
+
+
+@pytest.mark.slow
+@pytest.mark.jax
+def test_jax_float_every_step_is_host_syncs(runs, jax_python, reference) -> None:
+    run = runs(jax_python, "jax_train.py", "--fault", "item")
+    c = l2(run, "jax-cpu", reference)["host_syncs"]
+    assert c.status == "failed" and c.measured > 1.0, c.evidence
+
+
+@pytest.mark.slow
+@pytest.mark.jax
+def test_jax_adam_instead_of_sgd_is_diffed_across_frameworks(runs, jax_python, reference) -> None:
+    run = runs(jax_python, "jax_train.py", "--fault", "adam")
+    c = l2(run, "jax-cpu", reference)["optimizer_unchanged"]
+    assert c.status == "failed" and "optimizer sgd -> adam" in c.evidence, c.evidence

@@ -1,0 +1,168 @@
+"""The injected probe itself: it must see what it claims and never change the program it watches."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from ladder.probe_report import PROBE_DIR, merge_reports, probe_env, step_at
+
+FIX = Path(__file__).resolve().parent / "fixtures" / "probe"
+
+
+def _run(python: str, code_or_script: str | Path, tmp: Path, args: list[str] = (), probe: bool = True,
+         env: dict | None = None, options: dict | None = None) -> subprocess.CompletedProcess:
+    full = {**os.environ, "PJRT_DEVICE": "CPU", **(env or {})}
+    if probe:
+        full.update(probe_env(tmp / "probe", options))
+    cmd = [python, str(code_or_script), *args] if isinstance(code_or_script, Path) else [python, "-c", code_or_script]
+    return subprocess.run(cmd, capture_output=True, text=True, env=full, cwd=tmp, timeout=300)
+
+
+def test_probe_env_puts_the_probe_first_and_keeps_pythonpath(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("PYTHONPATH", "/a:/b")
+    env = probe_env(tmp_path, {"sample_every": 10})
+    assert env["PYTHONPATH"].split(os.pathsep) == [str(PROBE_DIR), "/a", "/b"]
+    assert env["LADDER_PROBE_DIR"] == str(tmp_path.resolve())
+    assert json.loads(env["LADDER_PROBE_OPTS"]) == {"sample_every": 10}
+
+
+def test_merge_without_reports_is_none(tmp_path) -> None:
+    assert merge_reports(tmp_path / "missing") is None
+    assert merge_reports(tmp_path) is None
+
+
+def test_step_at_maps_times_to_steps_begun() -> None:
+    times = [[1, 10.0], [2, 11.0], [3, 12.0]]
+    assert [step_at(times, t) for t in (9.0, 10.0, 11.5, 99.0)] == [0, 1, 2, 3]
+
+
+def test_plain_program_imports_nothing_and_keeps_exit_code_and_output(tmp_path) -> None:
+    code = ("import sys; print('loaded', sorted(m for m in ('torch', 'jax', 'torch_xla', 'numpy') if m in sys.modules));"
+            "print('err', file=sys.stderr); sys.exit(3)")
+    bare, probed = _run(sys.executable, code, tmp_path, probe=False), _run(sys.executable, code, tmp_path)
+    assert (probed.returncode, probed.stdout, probed.stderr) == (bare.returncode, bare.stdout, bare.stderr)
+    assert probed.returncode == 3 and "loaded []" in probed.stdout
+    merged = merge_reports(tmp_path / "probe")
+    assert merged is not None and merged["frameworks"] == {} and merged["errors"] == []
+
+
+def test_shadowed_sitecustomize_still_runs(tmp_path, monkeypatch) -> None:
+    other = tmp_path / "site"
+    other.mkdir()
+    (other / "sitecustomize.py").write_text("import os\nos.environ['SHADOWED_RAN'] = 'yes'\n")
+    code = "import os; print(os.environ.get('SHADOWED_RAN'))"
+    monkeypatch.setenv("PYTHONPATH", str(other))  # probe_env keeps it after the probe's directory
+    p = _run(sys.executable, code, tmp_path)
+    assert p.stdout.strip() == "yes", p.stderr
+    assert merge_reports(tmp_path / "probe") is not None
+
+
+@pytest.mark.slow
+def test_torch_output_is_identical_with_and_without_probe(tmp_path) -> None:
+    # torch.compile with a recompile: the probe turns on dynamo's recompile logs, which must stay silent
+    args = ["--compile", "--fault", "recompile", "--steps", "24"]
+    bare = _run(sys.executable, FIX / "torch_train.py", tmp_path, args, probe=False)
+    probed = _run(sys.executable, FIX / "torch_train.py", tmp_path, args)
+    assert probed.returncode == bare.returncode == 0, probed.stderr
+    assert probed.stdout == bare.stdout
+    assert probed.stderr == bare.stderr
+    merged = merge_reports(tmp_path / "probe")
+    assert merged["compiles"]["dynamo_recompiles"] == 1
+    assert merged["optimizers"][0]["name"] == "SGD" and merged["optimizer_steps"] == 24
+
+
+@pytest.mark.slow
+def test_children_write_their_own_reports(tmp_path) -> None:
+    code = textwrap.dedent("""
+        import multiprocessing as mp, subprocess, sys
+        def work():
+            import torch
+            torch.nn.Linear(2, 2)(torch.ones(1, 2))
+        if __name__ == "__main__":
+            subprocess.run([sys.executable, "-c", "import torch; torch.nn.Linear(2, 2)(torch.ones(1, 2))"], check=True)
+            for method in ("fork", "spawn"):
+                p = mp.get_context(method).Process(target=work)
+                p.start(); p.join()
+                assert p.exitcode == 0
+    """)
+    script = tmp_path / "parent.py"
+    script.write_text(code)
+    p = _run(sys.executable, script, tmp_path)
+    assert p.returncode == 0, p.stderr
+    merged = merge_reports(tmp_path / "probe")
+    pids = {r["pid"] for r in merged["processes"]}
+    # parent, subprocess, fork child, spawn child, and spawn's resource tracker
+    assert len(pids) == 5, [r["argv"] for r in merged["processes"]]
+    assert sum(r["torch"]["forward_samples"] > 0 for r in merged["processes"]) == 3
+
+
+@pytest.mark.slow
+def test_probe_errors_are_recorded_not_raised(tmp_path) -> None:
+    # a bad option makes the probe fail when torch loads and in its optimizer hook every 5 steps;
+    # training must not notice
+    args = ["--steps", "12"]
+    bare = _run(sys.executable, FIX / "torch_train.py", tmp_path, args, probe=False)
+    probed = _run(sys.executable, FIX / "torch_train.py", tmp_path, args,
+                  options={"forward_calls_per_sample": "often", "sample_every": 5})
+    assert probed.returncode == 0 and probed.stdout == bare.stdout, probed.stderr
+    errors = merge_reports(tmp_path / "probe")["errors"]
+    assert any("torch hook: ValueError" in e for e in errors), errors
+    assert sum("optimizer hook: ValueError" in e for e in errors) == 2, errors
+
+
+@pytest.mark.slow
+def test_param_nonfinite_option_finds_nan_weights(tmp_path) -> None:
+    p = _run(sys.executable, FIX / "torch_train.py", tmp_path, ["--fault", "nan", "--steps", "12"],
+             options={"param_nonfinite": True})
+    assert p.returncode == 0, p.stderr
+    merged = merge_reports(tmp_path / "probe")
+    assert any("Sequential.0.weight" in n for n in merged["nonfinite_params"]), merged["nonfinite_params"]
+
+
+@pytest.mark.slow
+@pytest.mark.xla
+def test_xla_metrics_are_read_before_torch_xla_exits(tmp_path, xla_python) -> None:
+    # The program prints what torch_xla's metrics say at its end; the probe, reading at exit, must agree.
+    code = textwrap.dedent("""
+        import torch, torch_xla, torch_xla.debug.metrics as met
+        dev = torch_xla.device()
+        m = torch.nn.Linear(4, 2).to(dev)
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        for _ in range(8):
+            m(torch.ones(3, 4, device=dev)).sum().backward(); opt.step(); opt.zero_grad(); torch_xla.sync()
+        print(met.metric_data("CompileTime")[0], met.counter_value("UncachedCompile"))
+    """)
+    p = _run(xla_python, code, tmp_path)
+    assert p.returncode == 0, p.stderr
+    compiles, uncached = map(int, p.stdout.split())
+    merged = merge_reports(tmp_path / "probe")
+    assert compiles > 0
+    assert merged["compiles"]["xla"] == compiles and merged["compiles"]["xla_uncached"] == uncached
+    assert merged["platforms"] == {"torch": ["xla"], "xla": ["CPU"], "jax": [], "jax_devices": []}
+    assert [e["step"] for e in merged["compile_events"]] == sorted(e["step"] for e in merged["compile_events"])
+
+
+@pytest.mark.slow
+@pytest.mark.jax
+def test_jax_compiles_backend_and_devices(tmp_path, jax_python) -> None:
+    code = textwrap.dedent("""
+        import jax, jax.numpy as jnp
+        f = jax.jit(lambda x: x * 2)
+        for n in (1, 2, 2, 3):
+            f(jnp.ones(n)).block_until_ready()
+        print(len(jax.devices()))
+    """)
+    p = _run(jax_python, code, tmp_path, env={"XLA_FLAGS": "--xla_force_host_platform_device_count=4"})
+    assert p.returncode == 0 and p.stdout.strip() == "4", p.stderr
+    merged = merge_reports(tmp_path / "probe")
+    fns = [e["function"] for e in merged["compile_events"]]
+    assert fns.count("jit(<lambda>)") == 3  # shapes 1, 2, 3; the second call with 2 is cached
+    assert merged["platforms"]["jax"] == ["cpu"]
+    assert merged["processes"][0]["jax"]["device_count"] == 4
