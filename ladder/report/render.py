@@ -1,0 +1,268 @@
+"""Render the report as one self-contained HTML file (figures embedded as base64 PNG) and a markdown twin.
+
+Both are built from the same ReportData and carry the same numbers; every text from the journal is
+HTML-escaped (run evidence holds log lines, which may hold anything).
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import time
+from typing import Any
+
+from ladder.journal.audit import AttemptView, NoteView, fmt_duration, fmt_num, fmt_pct, audit_markdown
+from ladder.journal.entries import CheckEntry
+from ladder.records import level_index
+from ladder.report.build import ReportData
+from ladder.report.plots import attempt_color, loss_curves_png, metric_png
+
+STATUS_MARK = {"passed": "pass", "failed": "FAIL", "not_checked": "not checked", "undecided": "undecided"}
+
+CSS = """
+body{font-family:-apple-system,'Segoe UI',Roboto,'DejaVu Sans',Arial,sans-serif;margin:0;background:#f4f5f7;color:#1d2330}
+main{max-width:1240px;margin:0 auto;padding:24px 32px 64px}
+h1{font-size:26px;margin:8px 0 4px}h2{font-size:20px;margin:34px 0 10px;border-bottom:2px solid #d8dce3;padding-bottom:4px}
+h3{font-size:16px;margin:18px 0 6px}
+.sub{color:#5a6272;font-size:13px}
+.cards{display:flex;flex-wrap:wrap;gap:12px;margin:16px 0}
+.card{background:#fff;border:1px solid #dfe3ea;border-radius:8px;padding:10px 16px;min-width:150px}
+.card .v{font-size:24px;font-weight:600}.card .k{font-size:12px;color:#5a6272}
+table.checks{table-layout:fixed}
+table{border-collapse:collapse;background:#fff;width:100%;font-size:13px;margin:6px 0 12px}
+th,td{border:1px solid #dfe3ea;padding:5px 8px;text-align:left;vertical-align:top}
+th{background:#eef0f4;font-weight:600}
+td.num{text-align:right;font-variant-numeric:tabular-nums}
+.passed{color:#17773a;font-weight:600}.failed{color:#b3261e;font-weight:600}
+.not_checked,.undecided{color:#8a6d00}
+.ev{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12px;word-break:break-word}
+.attempt{background:#fff;border:1px solid #dfe3ea;border-left:6px solid var(--c);border-radius:8px;padding:8px 18px 10px;margin:14px 0}
+.badge{display:inline-block;padding:1px 8px;border-radius:10px;font-size:12px;font-weight:600;margin-left:6px}
+.over{background:#fde2e0;color:#b3261e}.ok{background:#def3e4;color:#17773a}.under{background:#e3ecfb;color:#1b4fa0}
+img{width:100%;background:#fff;border:1px solid #dfe3ea;border-radius:8px}
+.note{background:#fff;border:1px solid #dfe3ea;border-radius:8px;padding:8px 14px;margin:10px 0}
+.silent{background:#fff4d6;color:#7a5a00}.loud{background:#eceff3;color:#444}
+.problems{background:#fde2e0;border:1px solid #f3b2ac;border-radius:8px;padding:8px 14px}
+"""
+
+
+def _e(x: Any) -> str:
+    return html.escape("" if x is None else str(x))
+
+
+def _img(png: bytes, alt: str) -> str:
+    return f'<img alt="{_e(alt)}" src="data:image/png;base64,{base64.b64encode(png).decode()}">'
+
+
+def _val(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    return "" if v is None else str(v)
+
+
+def _short(v: Any, limit: int = 90) -> str:
+    """A measured/threshold cell: long values (optimizer groups) are cut, the full value is the tooltip."""
+    text = _val(v)
+    if len(text) <= limit:
+        return _e(text)
+    return f'<span title="{_e(text)}">{_e(text[:limit])}…</span>'
+
+
+def _verdict(a: AttemptView) -> tuple[str, str]:
+    if not a.declared or not a.checked:
+        return "", "unjudged"
+    gap = level_index(a.declared_level) - level_index(a.achieved_level)
+    if gap > 0:
+        return "over", f"overclaimed by {gap} level{'s' if gap > 1 else ''}"
+    return ("ok", "as declared") if gap == 0 else ("under", f"exceeded the declaration by {-gap}")
+
+
+# ------------------------------------------------------------------ figures
+
+def figures(d: ReportData) -> list[tuple[str, bytes]]:
+    figs = []
+    for kind, base in (("short", d.baseline_short), ("full", d.baseline_full)):
+        per_attempt = [(f"attempt {a.number}", i, [d.runs[r.run_dir] for r in a.runs
+                                                   if r.kind == kind and r.run_dir in d.runs])
+                       for i, a in enumerate(d.history.attempts)]
+        per_attempt = [p for p in per_attempt if p[2]]
+        if base or per_attempt:
+            figs.append((f"loss curves, {kind} runs",
+                         loss_curves_png(base, per_attempt, f"loss, {kind} runs: every attempt over the baseline")))
+    metrics = [(a.number, i, [d.runs[r.run_dir].metric for r in a.runs
+                              if r.run_dir in d.runs and d.runs[r.run_dir].kind == "short"
+                              and d.runs[r.run_dir].metric is not None])
+               for i, a in enumerate(d.history.attempts)]
+    base_m = [r.metric for r in d.baseline_short if r.metric is not None]
+    if base_m or any(m[2] for m in metrics):
+        figs.append((f"{d.metric_name} per attempt (short runs)",
+                     metric_png(d.metric_name, base_m, [m for m in metrics if m[2]], d.direction)))  # type: ignore[misc]
+    return figs
+
+
+# ------------------------------------------------------------------ HTML
+
+def _cards(d: ReportData) -> str:
+    a, h = d.audit, d.history
+    m = a.migrations[0] if a.migrations else None
+    firsts = {s.level: s for s in (m.milestones if m else [])}
+    cards = [("attempts", str(a.attempts)), ("final level", (m.final_level if m else None) or "none"),
+             ("overclaim rate", f"{fmt_pct(a.overclaim_rate)} ({a.overclaims}/{a.judged})"),
+             ("mean overclaim", f"{fmt_num(a.mean_overclaim_levels)} levels"),
+             ("silent failures", f"{fmt_pct(a.silent_share)} ({a.silent_failures}/{a.failures})"),
+             ("interventions", str(a.interventions))]
+    for lvl in ("L0", "L2", "L3"):
+        s = firsts.get(lvl)
+        cards.append((f"first {lvl}", "never" if s is None or s.attempt is None else
+                      f"attempt {s.attempt} · {fmt_duration(s.elapsed_s)}"))
+    if m and m.cost_usd is not None:
+        cards.append(("agent cost", f"${m.cost_usd:.2f}"))
+    cards.append(("journal", "verified" if d.verify.ok else "FAILED verification"))
+    body = "".join(f'<div class="card"><div class="v">{_e(v)}</div><div class="k">{_e(k)}</div></div>'
+                   for k, v in cards)
+    return f'<div class="cards">{body}</div>' + ("" if h.stop is None else
+                                                f'<p class="sub">stopped: {_e(h.stop.reason)}</p>')
+
+
+def _matrix_html(d: ReportData) -> str:
+    mx = d.audit.matrix
+    if not mx:
+        return "<p>No attempt has both a declaration and a check yet.</p>"
+    cols = sorted({c for row in mx.values() for c in row}, key=lambda c: level_index(None if c == "none" else c),
+                  reverse=True)
+    head = "".join(f"<th>{_e(c)}</th>" for c in cols)
+    rows = "".join(f"<tr><th>{_e(r)}</th>" + "".join(f'<td class="num">{row.get(c, 0)}</td>' for c in cols) + "</tr>"
+                   for r, row in mx.items())
+    return f"<table style='width:auto'><tr><th>declared \\ achieved</th>{head}</tr>{rows}</table>"
+
+
+def _checks_html(c: CheckEntry) -> str:
+    rows = []
+    for r in c.checks:
+        st = r.get("status", "")
+        rows.append(f"<tr><td>{_e(r.get('level'))}</td><td>{_e(r.get('name'))}</td>"
+                    f"<td class='{_e(st)}'>{_e(STATUS_MARK.get(st, st))}</td><td class='ev'>{_short(r.get('measured'))}</td>"
+                    f"<td class='ev'>{_short(r.get('threshold'))}</td><td class='ev'>{_e(r.get('evidence'))}</td></tr>")
+    return (f"<h3>{_e(c.kind)} run {_e(c.run_dir)}: achieved {_e(c.achieved_level or 'none')}</h3>"
+            "<table class='checks'><colgroup><col style='width:4%'><col style='width:12%'><col style='width:7%'>"
+            "<col style='width:17%'><col style='width:17%'><col style='width:43%'></colgroup>"
+            "<tr><th>level</th><th>check</th><th>status</th><th>measured</th><th>threshold</th>"
+            f"<th>evidence</th></tr>{''.join(rows)}</table>")
+
+
+def _attempt_html(i: int, a: AttemptView) -> str:
+    cls, verdict = _verdict(a)
+    info = a.attempt
+    decl = a.declaration
+    lines = [f'<div class="attempt" style="--c:{attempt_color(i)}">',
+             f"<h3>Attempt {a.number}: declared {_e(a.declared_level or 'none') if a.declared else '(no declaration)'}, "
+             f"achieved {_e(a.achieved_level or 'none')}"
+             + (f'<span class="badge {cls}">{_e(verdict)}</span>' if cls else "") + "</h3>"]
+    if info is not None:
+        parent = "—" if info.parent is None else info.parent
+        lines.append(f"<p class='sub'>agent {_e(info.agent)} · parent {_e(parent)} · branch {_e(info.branch)} "
+                     f"· commit {_e(info.commit[:12])} · {_e(info.diff_stat)}</p><p>{_e(info.summary)}</p>")
+    if decl is not None:
+        lines.append(f"<p><b>Declared {_e(decl.level or 'none')}</b> by {_e(a.declared_by)}: {_e(decl.rationale)}</p>")
+    extra = [f"wall {fmt_duration(a.wall_s)}"]
+    if a.cost is not None:
+        extra.append(f"agent {a.cost.input_tokens or 0}+{a.cost.output_tokens or 0} tokens, "
+                     f"${fmt_num(a.cost.cost_usd)}, {a.cost.turns or 0} turns")
+    lines.append(f"<p class='sub'>{_e(' · '.join(extra))}</p>")
+    lines += [_checks_html(c) for c in a.checks]
+    lines.append("</div>")
+    return "\n".join(lines)
+
+
+def _note_html(n: NoteView) -> str:
+    note = n.note
+    tag = '<span class="badge silent">silent</span>' if note.silent else '<span class="badge loud">visible</span>'
+    parts = [f'<div class="note"><h3>#{n.seq} · attempt {_e(n.attempt)} · {_e(note.check)} {tag}</h3>',
+             f"<p><b>Cause:</b> {_e(note.cause)}</p><p><b>Diagnosis:</b> {_e(note.diagnosis)}</p>"]
+    if note.diagnosis_llm:
+        parts.append(f"<p><b>In plain words:</b> {_e(note.diagnosis_llm)}</p>")
+    parts.append(f"<p><b>Fix:</b> {_e(n.fix) if n.fix else '<i>not yet recorded</i>'}"
+                 + (f" <span class='sub'>({_e(n.fixed_by)})</span>" if n.fix else "") + "</p>")
+    parts.append(f"<p class='sub'>run {_e(note.run_dir or 'none: the attempt was rejected before any run')}</p></div>")
+    return "".join(parts)
+
+
+def render_html(d: ReportData, figs: list[tuple[str, bytes]] | None = None) -> str:
+    h, m = d.history, d.history.migration
+    title = f"ladder report: {h.name}"
+    sub = (f"{_e(m.reference_platform)} → {_e(m.target_platform)} · protocol {_e(m.protocol)} · "
+           if m else "") + f"generated {time.strftime('%Y-%m-%d %H:%M')}"
+    if h.baseline is not None:
+        sub += (f" · baseline v{h.baseline.version} ({len(h.baseline.seeds)} seed(s), digest "
+                f"{_e(h.baseline.digest[:12])})")
+    out = [f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>{_e(title)}</title>"
+           f"<style>{CSS}</style></head><body><main>", f"<h1>{_e(title)}</h1><p class='sub'>{sub}</p>",
+           _cards(d)]
+    problems = ([f"journal: {p}" for p in d.verify.problems] + d.problems)
+    if problems:
+        out.append("<div class='problems'><b>Problems</b><ul>" + "".join(f"<li>{_e(p)}</li>" for p in problems)
+                   + "</ul></div>")
+    out.append("<h2>Loss and metric against the baseline</h2>")
+    out += [f"<p>{_img(png, alt)}</p>" for alt, png in (figures(d) if figs is None else figs)]
+    out += ["<h2>Declared against achieved</h2>", _matrix_html(d),
+            "<h2>Attempts</h2>"] + [_attempt_html(i, a) for i, a in enumerate(h.attempts)]
+    out.append(f"<h2>Failure notes ({len(h.notes)})</h2>")
+    out += [_note_html(n) for n in h.notes] or ["<p>No failure notes.</p>"]
+    if h.decisions:
+        out.append("<h2>Human interventions</h2><table><tr><th>rule</th><th>decision</th><th>by</th><th>reason</th></tr>"
+                   + "".join(f"<tr><td>{_e(x.rule)}</td><td>{_e(x.decision)}</td><td>{_e(x.by)}</td>"
+                             f"<td>{_e(x.reason)}</td></tr>" for x in h.decisions) + "</table>")
+    out.append("</main></body></html>")
+    return "\n".join(out)
+
+
+# ------------------------------------------------------------------ markdown twin
+
+def notes_markdown(notes: list[NoteView]) -> str:
+    if not notes:
+        return "No failure notes.\n"
+    out = []
+    for n in notes:
+        note = n.note
+        out += [f"### #{n.seq} attempt {n.attempt}: {note.check} ({'silent' if note.silent else 'visible'})", "",
+                f"- cause: {note.cause}", f"- diagnosis: {note.diagnosis}"]
+        if note.diagnosis_llm:
+            out.append(f"- in plain words: {note.diagnosis_llm}")
+        out += [f"- fix: {n.fix or '(not yet recorded)'}", f"- silent: {'yes' if note.silent else 'no'}",
+                f"- run: {note.run_dir or '(none)'}", ""]
+    return "\n".join(out)
+
+
+def _md_cell(x: Any) -> str:
+    return _val(x).replace("|", "\\|").replace("\n", " ")
+
+
+def render_markdown(d: ReportData, images: dict[str, str] | None = None) -> str:
+    """images: figure title -> relative path of a PNG written beside the markdown (optional)."""
+    h = d.history
+    out = [f"# ladder report: {h.name}", ""]
+    if d.verify.problems or d.problems:
+        out += ["**Problems:**", ""] + [f"- {p}" for p in [*d.verify.problems, *d.problems]] + [""]
+    else:
+        out += ["Journal verified: every entry and referenced directory is intact.", ""]
+    out.append(audit_markdown(d.audit))
+    for title, path in (images or {}).items():
+        out += [f"![{title}]({path})", ""]
+    out.append("## Attempts\n")
+    for a in h.attempts:
+        _, verdict = _verdict(a)
+        out += [f"### Attempt {a.number}: declared {a.declared_level or 'none'}, achieved "
+                f"{a.achieved_level or 'none'} ({verdict})", ""]
+        if a.attempt is not None:
+            out += [f"{a.attempt.summary} (agent {a.attempt.agent}, branch {a.attempt.branch}, "
+                    f"commit {a.attempt.commit[:12]})", ""]
+        if a.declaration is not None:
+            out += [f"Declared by {a.declared_by}: {a.declaration.rationale}", ""]
+        for c in a.checks:
+            out += [f"{c.kind} run `{c.run_dir}`: achieved {c.achieved_level or 'none'}", "",
+                    "| level | check | status | measured | threshold | evidence |", "|---|---|---|---|---|---|"]
+            out += [f"| {r.get('level')} | {r.get('name')} | {r.get('status')} | {_md_cell(r.get('measured'))} | "
+                    f"{_md_cell(r.get('threshold'))} | {_md_cell(r.get('evidence'))} |" for r in c.checks]
+            out.append("")
+    out += ["## Failure notes", "", notes_markdown(h.notes)]
+    return "\n".join(out)

@@ -1,0 +1,232 @@
+"""Failure notes drafted from real runs: a crash, a silent L1 divergence, an aten:: CPU fallback and a
+recompilation each get a note naming the right cause; the optional LLM rewrite goes through the
+Anthropic SDK against a local HTTP server (no network) and is stored beside the rule-based draft."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+
+import pytest
+
+from helpers import cli_json, workspace
+from ladder._cli.check import check_run
+from ladder.journal import Journal
+from ladder.journal.entries import FailureNote, parse
+from ladder.journal.notes import draft_notes, record_checked_run, rewrite_diagnoses
+from ladder.records import CheckResult, LadderResult, RunRecord
+from test_l2_checks import runs  # noqa: F401  (the memoised captured-run fixture)
+
+
+def _by_check(notes: list[FailureNote]) -> dict[str, FailureNote]:
+    return {n.check: n for n in notes}
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    ws = workspace(tmp_path_factory.mktemp("notes"))
+    cli_json("baseline", "--short-only", cwd=ws)
+    return ws
+
+
+def _port(ws: Path, tmp: Path, old: str, new: str) -> Path:
+    src = tmp / "port"
+    src.mkdir()
+    text = (ws / "train.py").read_text()
+    assert old in text
+    (src / "train.py").write_text(text.replace(old, new, 1))
+    return src
+
+
+def _checked(ws: Path, src: Path) -> tuple[LadderResult, RunRecord, Path]:
+    run_dir = Path(cli_json("run", "--on", "target", "--source", str(src), cwd=ws)["run_dir"])
+    return check_run(run_dir, ws / "ladder.toml", None), RunRecord.load(run_dir), run_dir
+
+
+@pytest.mark.slow
+def test_crash_note_names_the_error_line_and_is_not_silent(tiny: Path, tmp_path: Path) -> None:
+    result, run, _ = _checked(tiny, _port(tiny, tmp_path, "default=-1)", "default=60)"))
+    notes = _by_check(draft_notes(result, run))
+    crash = notes["L0/finished"]
+    assert crash.cause == "L0/finished failed: measured 1 vs threshold 0"
+    assert crash.diagnosis == ("the process crashed with exit code 1: "
+                               "RuntimeError: simulated crash in the training step")
+    assert crash.silent is False and crash.fix == "" and crash.level == "L0"
+    assert "L0/metric_reported" in notes  # every failed check gets its own note
+    assert notes["L0/metric_reported"].diagnosis.startswith("the run did not finish (see L0/finished)")
+    assert all(n.check.split("/")[1] in {c.name for c in result.checks if c.status == "failed"}
+               for n in notes.values())
+
+
+@pytest.mark.slow
+def test_silent_l1_divergence_says_which_way_and_how_far(tiny: Path, tmp_path: Path) -> None:
+    result, run, run_dir = _checked(tiny, _port(tiny, tmp_path, "default=0.0)", "default=0.05)"))
+    assert run.exit_code == 0 and not run.error_lines
+    notes = _by_check(draft_notes(result, run))
+    lw = notes["L1/loss_window"]
+    fixed = next(c for c in result.checks if c.name == "loss_window").details["fixed_rule"]
+    rel = (fixed["run"] - fixed["baseline"]) / fixed["baseline"]
+    assert rel > 0.05
+    assert lw.silent is True
+    assert f"{rel:.1%} higher than the baseline's" in lw.diagnosis
+    assert lw.cause.startswith("L1/loss_window failed: measured ") and "vs threshold 0.05" in lw.cause
+    assert not [n for n in notes.values() if n.level == "L0"]
+
+    # The supervisor's path: run, check and notes go into the journal, sealed by the run's digest.
+    with Journal(tmp_path / "j.sqlite") as j:
+        entries, problems = record_checked_run(j, 1, run_dir, result, root=tiny)
+        assert problems == []
+        kinds = [e.kind for e in entries]
+        assert kinds[:2] == ["run", "check"] and kinds[2:] == ["failure_note"] * len(notes)
+        stored = parse(entries[2])
+        assert isinstance(stored, FailureNote) and stored.run_dir == f"runs/tiny/{run_dir.name}"
+        assert entries[0].content["refs"][0]["path"] == f"runs/tiny/{run_dir.name}"
+
+
+def _xla_notes(runs, torch_python: str, xla_python: str, fault: str) -> dict[str, FailureNote]:
+    # The same captured runs as tests/test_l2_checks.py (memoised there): one XLA run per fault per session.
+    from test_l2_checks import l2
+
+    ref = runs(torch_python, "torch_train.py")
+    run = runs(xla_python, "torch_train.py", "--device", "xla", "--fault", fault)
+    result = LadderResult(run_dir=run.cwd, achieved_level=None, checks=list(l2(run, "xla", ref).values()))
+    return _by_check(draft_notes(result, run))
+
+
+@pytest.mark.slow
+@pytest.mark.xla
+def test_aten_fallback_note_names_the_op_and_its_count(runs, torch_python: str, xla_python: str) -> None:
+    notes = _xla_notes(runs, torch_python, xla_python, "unique")
+    fb = notes["L2/cpu_fallback"]
+    assert fb.diagnosis.startswith("`aten::_unique2` ran 40 times: the op is not lowered to XLA and "
+                                   "runs on the CPU"), fb.diagnosis
+    assert fb.silent is True and fb.cause.startswith('L2/cpu_fallback failed: measured {"aten::_unique2": 40}')
+
+
+@pytest.mark.slow
+@pytest.mark.xla
+def test_recompilation_note_says_shapes_change_per_step(runs, torch_python: str, xla_python: str) -> None:
+    notes = _xla_notes(runs, torch_python, xla_python, "shape")
+    rc = notes["L2/recompilation"]
+    assert "compile count grew with steps after warm-up (step 5): new graphs at steps 6, 7, 8" in rc.diagnosis, \
+        rc.diagnosis
+    assert "shapes change per step" in rc.diagnosis and rc.silent is True
+
+
+def test_unknown_check_and_reshaped_details_fall_back_to_the_evidence() -> None:
+    from ladder.records import Provenance
+
+    run = RunRecord(run_id="r", kind="short", profile="t", platform="cpu", seed=0, command="x", cwd="/",
+                    started_at=0.0, ended_at=1.0, exit_code=0, timeout_s=10, provenance=Provenance(source="t"))
+    checks = [CheckResult(level="L3", name="main_result", status="failed", measured=0.8, threshold=0.85,
+                          evidence="full-run acc 0.80 below the band 0.85-0.87"),
+              CheckResult(level="L2", name="cpu_fallback", status="failed", measured="weird",
+                          details={"fallback": "not a dict"}, evidence="counters unreadable"),
+              CheckResult(level="L1", name="metric", status="passed"),
+              CheckResult(level="L1", name="trend", status="undecided")]
+    notes = draft_notes(LadderResult(run_dir="r", achieved_level=None, checks=checks), run)
+    assert [n.check for n in notes] == ["L3/main_result", "L2/cpu_fallback"]
+    assert notes[0].diagnosis == "full-run acc 0.80 below the band 0.85-0.87"
+    assert notes[0].cause == "L3/main_result failed: measured 0.8 vs threshold 0.85"
+    assert notes[1].diagnosis == "counters unreadable"
+
+
+# ---------------------------------------------------------------- the optional LLM rewrite, offline
+
+class _FakeMessages(BaseHTTPRequestHandler):
+    seen: list[dict] = []
+    fail = False
+
+    def do_POST(self) -> None:  # noqa: N802
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        type(self).seen.append({"path": self.path, "body": body, "key": self.headers.get("x-api-key")
+                                 or (self.headers.get("authorization") or "").removeprefix("Bearer ")})
+        if type(self).fail:
+            self.send_response(500)
+            self.send_header("content-type", "application/json")
+            self.end_headers()
+            self.wfile.write(b'{"type":"error","error":{"type":"api_error","message":"boom"}}')
+            return
+        prompt = body["messages"][0]["content"]
+        check = prompt.split("Check: ")[1].split("\n")[0]
+        reply = {"id": "msg_1", "type": "message", "role": "assistant", "model": body["model"],
+                 "content": [{"type": "text", "text": f"Plain words about {check}."}],
+                 "stop_reason": "end_turn", "stop_sequence": None,
+                 "usage": {"input_tokens": 10, "output_tokens": 5}}
+        data = json.dumps(reply).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *a) -> None:
+        pass
+
+
+@pytest.fixture
+def fake_api():
+    server = HTTPServer(("127.0.0.1", 0), _FakeMessages)
+    _FakeMessages.seen, _FakeMessages.fail = [], False
+    t = threading.Thread(target=server.serve_forever, daemon=True)
+    t.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", _FakeMessages
+    server.shutdown()
+
+
+def _two_notes() -> list[FailureNote]:
+    return [FailureNote(check="L2/recompilation", level="L2", cause="c1", diagnosis="d1", silent=True, run_dir="r"),
+            FailureNote(check="L0/finished", level="L0", cause="c2", diagnosis="d2", silent=False, run_dir="r")]
+
+
+def test_llm_rewrite_is_stored_beside_the_rule_based_draft(fake_api, monkeypatch) -> None:
+    import anthropic
+
+    url, handler = fake_api
+    client = anthropic.Anthropic(api_key="test-key", base_url=url, max_retries=0)
+    out, problems = rewrite_diagnoses(_two_notes(), client)
+    assert problems == []
+    assert [n.diagnosis for n in out] == ["d1", "d2"]  # the rule-based draft stays
+    assert [n.diagnosis_llm for n in out] == ["Plain words about L2/recompilation.", "Plain words about L0/finished."]
+    assert [s["path"] for s in handler.seen] == ["/v1/messages"] * 2 and handler.seen[0]["key"] == "test-key"
+    assert "exited 0 and printed no error" in handler.seen[0]["body"]["messages"][0]["content"]
+
+    # Through the environment, as a user sets it up: ANTHROPIC_API_KEY and the SDK's base URL variable.
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "env-key")
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", url)
+    out, _ = rewrite_diagnoses(_two_notes()[:1])
+    assert out[0].diagnosis_llm == "Plain words about L2/recompilation." and handler.seen[-1]["key"] == "env-key"
+
+
+def test_llm_errors_and_a_missing_key_never_fail_the_notes(fake_api, monkeypatch) -> None:
+    import anthropic
+
+    url, handler = fake_api
+    handler.fail = True
+    out, problems = rewrite_diagnoses(_two_notes(), anthropic.Anthropic(api_key="k", base_url=url, max_retries=0))
+    assert [n.diagnosis_llm for n in out] == [None, None] and [n.diagnosis for n in out] == ["d1", "d2"]
+    assert len(problems) == 2 and "rewrite failed" in problems[0]
+
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    before = len(handler.seen)
+    out, problems = rewrite_diagnoses(_two_notes())
+    assert out == _two_notes() and problems == [] and len(handler.seen) == before
+
+
+def test_platform_note_blames_cpu_placement_not_a_pjrt_cpu_device() -> None:
+    from ladder.records import Provenance
+
+    run = RunRecord(run_id="r", kind="short", profile="t", platform="xla", seed=0, command="x", cwd="/",
+                    started_at=0.0, ended_at=1.0, exit_code=0, timeout_s=10, provenance=Provenance(source="t"))
+    on_cpu = CheckResult(level="L2", name="platform", status="failed", threshold="xla",
+                         measured={"torch": ["cpu"], "xla": ["CPU"], "jax": []},
+                         evidence="expected xla: tensors on cpu (first: Sequential forwards at +0.1s)"
+                                  " — a silent CPU fallback")
+    on_pjrt_cpu = CheckResult(level="L2", name="platform", status="failed", threshold="tpu",
+                              measured={"torch": ["xla"], "xla": ["CPU"], "jax": []},
+                              evidence="xla tensors, but the PJRT device was ['CPU'], not TPU")
+    notes = draft_notes(LadderResult(run_dir="r", achieved_level=None, checks=[on_cpu, on_pjrt_cpu]), run)
+    assert notes[0].diagnosis.startswith("the computation ran on the CPU instead of xla")
+    assert notes[1].diagnosis.startswith("the computation did not run where expected (tpu)")
