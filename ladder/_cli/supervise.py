@@ -1,0 +1,70 @@
+"""`ladder supervise`, `ladder resume`, `ladder status`: the migration's main loop."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from ladder._cli.main import app
+from ladder._display import display
+from ladder.supervisor.driver import SupervisorStatus, resume, status, supervise
+
+SPEC = typer.Option(Path("ladder.toml"), "--spec", help="The migration spec.")
+
+
+def show_status(st: SupervisorStatus, as_json: bool) -> int:
+    d = display()
+    if as_json:
+        d.json(st.model_dump())
+    else:
+        rows = [[a["attempt"], a["declared"] or "-", a["achieved"] or "none", ", ".join(a["caught_by"]) or "-",
+                 a["summary"][:60]] for a in st.attempts]
+        d.table(f"migration {st.migration}", ["attempt", "declared", "achieved", "caught by", "change"], rows)
+        if st.waiting_for:
+            w = st.waiting_for
+            if w.get("waiting_for") == "human":
+                d.info(f"waiting for a human change on attempt {w['attempt']}: {w['how']}")
+            else:
+                d.info(f"PAUSED by stop rule {w.get('rule')}: {w.get('reason')}\n"
+                       f"  answer with: ladder resume --decision {'|'.join(w.get('choices', []))}")
+        elif st.finished:
+            d.info(f"finished: {st.finished_reason or ''}" + (f"\nreport: {st.report}" if st.report else ""))
+        elif st.next_nodes:
+            d.info(f"interrupted before {st.next_nodes}: run `ladder resume` to go on")
+    return 0
+
+
+@app.command("supervise")
+def supervise_cmd(
+    agent: str = typer.Option(..., "--agent", help="claude-code, scripted:FILE or human."),
+    max_attempts: int = typer.Option(10, "--max-attempts", min=1),
+    seeds: int = typer.Option(1, "--seeds", help="Baseline short-run seeds if no baseline is stored."),
+    full_seeds: int = typer.Option(1, "--full-seeds"),
+    spec_path: Path = SPEC,
+    as_json: bool = typer.Option(False, "--json"),
+) -> int:
+    """Run the whole protocol: baseline, attempt 0, agent attempts, checks, stop rules, full run, report."""
+    with display().run_progress("supervise") as cb:
+        st = supervise(spec_path, agent, max_attempts=max_attempts, seeds=seeds, full_seeds=full_seeds, progress=cb)
+    return show_status(st, as_json)
+
+
+@app.command("resume")
+def resume_cmd(
+    decision: str | None = typer.Option(None, "--decision", help="continue, stop, accept or raise-limit."),
+    raise_to: float | None = typer.Option(None, "--raise-to", help="New value of the limit (raise-limit)."),
+    note: str = typer.Option("", "-m", "--note", help="Why (journaled)."),
+    spec_path: Path = SPEC,
+    as_json: bool = typer.Option(False, "--json"),
+) -> int:
+    """Answer a pause, or continue a migration whose supervisor was killed."""
+    with display().run_progress("resume") as cb:
+        st = resume(spec_path, decision, raise_to, note, progress=cb)
+    return show_status(st, as_json)
+
+
+@app.command("status")
+def status_cmd(spec_path: Path = SPEC, as_json: bool = typer.Option(False, "--json")) -> int:
+    """Where the migration stands: attempts, declared vs achieved, what it waits for."""
+    return show_status(status(spec_path), as_json)

@@ -1,0 +1,283 @@
+"""Idempotent steps of the supervisor, each asking the journal first what is already recorded.
+
+Every function here may be re-executed after a crash or a resume: a recorded agent change, run or
+check is found and reused, never redone; a run that was killed half-way (its directory exists but
+the journal has no entry for it) is recorded as killed and run again once.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ladder._util.errors import LadderError
+from ladder._util.hashing import manifest_digest, verify_manifest, write_manifest
+from ladder.agents import Agent, AgentResult, AttemptContext
+from ladder.baseline import Baseline, create_baseline, latest, require_intact
+from ladder.checks import CheckContext, run_ladder
+from ladder.journal import entries as je
+from ladder.journal.store import Entry, Journal, verify_journal
+from ladder.protocol import Protocol
+from ladder.records import LEVELS, LadderResult, RunRecord, level_index
+from ladder.run import execute_run
+from ladder.spec import Spec, load_spec, load_spec_protocol
+from ladder.supervisor import git_ops
+
+MAX_KILLED_RETRIES = 1
+Progress = Any
+
+
+@dataclass
+class Migration:
+    spec: Spec
+    protocol: Protocol
+    journal: Journal
+
+    @property
+    def workspace(self) -> Path:
+        return self.spec.workspace
+
+    def rel(self, path: Path) -> str:
+        try:
+            return str(Path(path).resolve().relative_to(self.workspace.resolve()))
+        except ValueError:
+            return str(path)
+
+
+def journal_path(spec: Spec) -> Path:
+    return spec.journal_dir / "journal.sqlite"
+
+
+def checkpoint_path(spec: Spec) -> Path:
+    return spec.journal_dir / "checkpoints.sqlite"
+
+
+def open_migration(spec_path: str | Path) -> Migration:
+    spec = load_spec(spec_path)
+    return Migration(spec, load_spec_protocol(spec), Journal(journal_path(spec)))
+
+
+def ensure_migration(m: Migration, agent: str) -> None:
+    if m.journal.last("migration") is None:
+        je.append(m.journal, je.MigrationEntry(
+            name=m.spec.name, spec_path=str(m.spec.path), protocol=m.protocol.name,
+            reference_platform=m.spec.profile("reference").platform,
+            target_platform=m.spec.profile("target").platform, agent=agent, started_at=time.time(),
+        ), author="ladder")
+
+
+def ensure_baseline(m: Migration, seeds: int, full_seeds: int, progress: Progress = None) -> Baseline:
+    """Reuse the stored baseline when it verifies; otherwise run and store one."""
+    b = latest(m.spec)
+    if b is None:
+        b = create_baseline(m.spec, seeds=seeds, full_seeds=full_seeds, progress=progress)
+    require_intact(b)
+    recorded = m.journal.last("baseline")
+    if recorded is None or recorded.content.get("digest") != b.digest:
+        je.append_baseline(m.journal, b.root, root=m.workspace)
+    return b
+
+
+def attempt_entry(m: Migration, n: int) -> Entry | None:
+    return m.journal.last("attempt", attempt=n)
+
+
+def declaration(m: Migration, n: int) -> Entry | None:
+    return m.journal.last("declaration", attempt=n)
+
+
+def ensure_attempt0(m: Migration) -> Entry:
+    """Attempt 0 is the original code, as-is, on the target: branch ladder/attempt-0 at HEAD."""
+    found = attempt_entry(m, 0)
+    if found is not None:
+        return found
+    repo = git_ops.open_repo(m.spec.source_dir)
+    head = repo.head.commit.hexsha
+    repo.git.branch("-f", git_ops.branch_name(0), head)
+    wt = git_ops.fresh_worktree(repo, m.workspace, 0, head)
+    entry = je.append(m.journal, je.AttemptEntry(
+        number=0, parent=None, branch=git_ops.branch_name(0), commit=head,
+        summary="the original code, unchanged, on the target profile", agent="ladder", worktree=m.rel(wt),
+        started_at=time.time()), author="ladder", attempt=0)
+    je.declare(m.journal, 0, None, "attempt 0 makes no claim: it records what breaks by itself", author="ladder")
+    return entry
+
+
+def journal_summary(m: Migration) -> str:
+    lines = []
+    for e in m.journal.entries("attempt_result"):
+        c = e.content
+        lines.append(f"attempt {e.attempt}: declared {c.get('declared_level') or 'none'}, achieved "
+                     f"{c.get('achieved_level') or 'none'} ({c.get('kind', 'short')} run)")
+    return "\n".join(lines) or "no attempts yet"
+
+
+def last_notes(m: Migration, n: int) -> list[dict[str, Any]]:
+    return [e.content for e in m.journal.entries("failure_note", attempt=n)]
+
+
+def _integrity_snapshot(m: Migration, baseline: Baseline) -> tuple[list[str], bool]:
+    return verify_manifest(baseline.root), verify_journal(m.journal.path).ok
+
+
+def run_agent_step(m: Migration, n: int, parent: int, agent: Agent, baseline: Baseline,
+                   result_override: AgentResult | None = None) -> dict[str, Any]:
+    """Let the agent change a fresh worktree of attempt n, commit, check protected paths, seal the declaration.
+
+    Returns {"status": "ok" | "agent_error" | "protected", ...}. Idempotent: a sealed declaration
+    means the step is done; a recorded attempt with no declaration reads the level from its commit.
+    """
+    if declaration(m, n) is not None:
+        return {"status": "ok", "reused": True}
+    repo = git_ops.open_repo(m.spec.source_dir)
+    found = attempt_entry(m, n)
+    if found is not None:  # killed between the two entries: the commit carries the declaration
+        level = git_ops.declared_in_commit(repo, found.content["commit"])
+        je.append(m.journal, je.DeclarationEntry(level=level, rationale=found.content.get("rationale", ""),
+                                                 recovered_from_commit=True), author="agent", attempt=n)
+        return {"status": "ok", "recovered": True}
+    parent_entry = attempt_entry(m, parent)
+    base = parent_entry.content["commit"] if parent_entry else repo.head.commit.hexsha
+    wt = git_ops.fresh_worktree(repo, m.workspace, n, base)
+    ctx = AttemptContext(
+        migration=m.spec.name, attempt=n, parent=parent, worktree=wt,
+        target_platform=m.spec.profile("target").platform,
+        reference_platform=m.spec.profile("reference").platform,
+        spec_text=m.spec.path.read_text() if m.spec.path else "", journal_summary=journal_summary(m),
+        last_notes=last_notes(m, parent), short_command=m.spec.experiment.short,
+    )
+    try:
+        from ladder.agents.prompts import build_attempt_prompt, build_system_prompt
+
+        ctx.protocol_prompt = build_system_prompt(ctx) + "\n\n" + build_attempt_prompt(ctx)
+    except ImportError:  # prompts are data the claude-code agent needs; others can do without
+        pass
+    started = time.time()
+    before = _integrity_snapshot(m, baseline)
+    result = result_override or agent.make_change(ctx)
+    after = _integrity_snapshot(m, baseline)
+    sha, stat = git_ops.commit_attempt(wt, n, result.declared_level, result.summary or "(no summary)")
+    touched = git_ops.protected_changes(git_ops.changed_paths(repo, base, sha))
+    if after != before:
+        touched.append("the workspace's baseline or journal changed while the agent worked")
+    status = "agent_error" if result.error else "protected" if touched else "ok"
+    je.append(m.journal, je.AttemptEntry(
+        number=n, parent=parent, branch=git_ops.branch_name(n), commit=sha, diff_stat=stat,
+        summary=result.summary, rationale=result.rationale, agent=getattr(agent, "name", "scripted"),
+        worktree=m.rel(wt), started_at=started, agent_seconds=round(time.time() - started, 3),
+        agent_error=result.error, protected_changes=touched), author="agent", attempt=n)
+    if any(v is not None for v in (result.input_tokens, result.output_tokens, result.cost_usd)):
+        je.append_agent_cost(m.journal, n, input_tokens=result.input_tokens, output_tokens=result.output_tokens,
+                             cost_usd=result.cost_usd, turns=result.turns)
+    je.append(m.journal, je.DeclarationEntry(level=result.declared_level if status == "ok" else None,
+                                             rationale=result.rationale, agent_status=status),
+              author="agent", attempt=n)
+    return {"status": status, "commit": sha, "error": result.error, "protected": touched}
+
+
+def record_rejected_attempt(m: Migration, n: int, status: str, why: str) -> dict[str, Any]:
+    """An attempt the agent could not complete, or that touched protected paths: achieved nothing."""
+    if m.journal.last("attempt_result", attempt=n) is None:
+        je.append(m.journal, je.FailureNote(check=f"agent/{status}", level="L0", cause=why, diagnosis=why,
+                                            silent=False, run_dir=""), author="ladder", attempt=n)
+        decl = declaration(m, n)
+        je.append_attempt_result(m.journal, n, declared_level=decl.content.get("level") if decl else None,
+                                 achieved_level=None, wall_s=None, rejected=status)
+    return {"achieved": None}
+
+
+def _run_entries(m: Migration, n: int, kind: str) -> list[Entry]:
+    return [e for e in m.journal.entries("run", attempt=n) if e.content.get("kind") == kind]
+
+
+def run_dir_for(m: Migration, n: int, kind: str, try_no: int) -> Path:
+    return m.spec.runs_dir / f"attempt-{n}-{kind}-try{try_no}"
+
+
+def ensure_run(m: Migration, n: int, kind: str, progress: Progress = None) -> RunRecord:
+    """The attempt's run of this kind: reused when recorded, else executed (killed runs: once more)."""
+    entries = _run_entries(m, n, kind)
+    for e in entries:
+        if not e.content.get("killed_by_supervisor_crash"):
+            return RunRecord.load(m.workspace / e.content["run_dir"])
+    recorded_dirs = {e.content["run_dir"] for e in entries}
+    tries = sorted(m.spec.runs_dir.glob(f"attempt-{n}-{kind}-try*")) if m.spec.runs_dir.exists() else []
+    for d in tries:
+        if m.rel(d) not in recorded_dirs:  # started, never recorded: ladder died during this run
+            if not (d / "run.json").exists():
+                (d / "run.json").parent.mkdir(parents=True, exist_ok=True)
+            write_manifest(d)
+            ref = je.Ref(path=m.rel(d), digest=manifest_digest(d))
+            je.append(m.journal, je.RunEntry(run_dir=ref.path, kind=kind, seed=0, profile="target", exit_code=None,  # type: ignore[arg-type]
+                                             timed_out=False, killed=True, metric=None, wall_s=None,
+                                             digest=ref.digest, refs=[ref], killed_by_supervisor_crash=True),
+                      author="ladder", attempt=n)
+            recorded_dirs.add(m.rel(d))
+    killed = len(recorded_dirs)
+    if killed > MAX_KILLED_RETRIES:
+        raise LadderError(f"attempt {n}'s {kind} run was killed {killed} times; not starting it again",
+                          "look at the run directories under runs/, then `ladder resume --decision stop` or fix the machine")
+    attempt = attempt_entry(m, n)
+    source = m.workspace / attempt.content["worktree"]
+    run_dir = run_dir_for(m, n, kind, killed + 1)
+    record = execute_run(m.spec, "target", kind, seed=0, source=source, run_dir=run_dir, progress=progress)
+    je.append_run(m.journal, n, run_dir, root=m.workspace)
+    return record
+
+
+def check_entry(m: Migration, n: int, kind: str) -> Entry | None:
+    for e in reversed(m.journal.entries("check", attempt=n)):
+        if e.content.get("kind") == kind:
+            return e
+    return None
+
+
+def ensure_checks(m: Migration, n: int, kind: str, baseline: Baseline) -> dict[str, Any]:
+    """Run the ladder on the attempt's run of this kind; record checks, failure notes and the result."""
+    found = check_entry(m, n, kind)
+    if found is None:
+        run = ensure_run(m, n, kind)
+        run_dir = m.workspace / _run_entries(m, n, kind)[-1].content["run_dir"]
+        ctx = CheckContext(run=run, protocol=m.protocol, baseline=baseline,
+                           expected_platform=m.spec.profile("target").platform,
+                           full_run=run if kind == "full" else None, options={"run_dir": m.rel(run_dir)})
+        result = run_ladder(ctx, up_to="L4" if kind == "full" else "L2")
+        result.run_dir = str(run_dir)
+        found = je.append_check(m.journal, n, result, kind, root=m.workspace)
+        _record_notes(m, n, result, run)
+    if not any(e.content.get("kind") == kind for e in m.journal.entries("attempt_result", attempt=n)):
+        decl = declaration(m, n)
+        declared = decl.content.get("level") if decl else None
+        achieved = found.content["achieved_level"]
+        started = attempt_entry(m, n).content.get("started_at")
+        je.append_attempt_result(
+            m.journal, n, declared_level=declared, achieved_level=achieved, kind=kind,
+            wall_s=round(time.time() - started, 3) if started else None,
+            caught_by=caught_by(found.content["checks"]))
+    return {"achieved": found.content["achieved_level"], "kind": kind}
+
+
+def caught_by(checks: list[dict[str, Any]]) -> list[str]:
+    """The failed checks of the lowest level that failed: what stopped the climb."""
+    failed = [c for c in checks if c["status"] == "failed"]
+    if not failed:
+        return []
+    lowest = min(LEVELS.index(c["level"]) for c in failed)
+    return [f"{c['level']}/{c['name']}" for c in failed if LEVELS.index(c["level"]) == lowest]
+
+
+def _record_notes(m: Migration, n: int, result: LadderResult, run: RunRecord) -> None:
+    from ladder.journal.notes import draft_notes
+
+    je.append_failure_notes(m.journal, n, draft_notes(result, run))
+
+
+def achieved(m: Migration, n: int, kind: str) -> str | None:
+    e = check_entry(m, n, kind)
+    return None if e is None else e.content["achieved_level"]
+
+
+def reaches(level: str | None, target: str) -> bool:
+    return level is not None and level_index(level) >= LEVELS.index(target)
