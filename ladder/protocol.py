@@ -41,19 +41,19 @@ class L1Rules(_Section):
 
 class CalibratedRules(_Section):
     min_seeds: int
+    alpha: float
+    max_seeds: int
     smoothing_fraction: float
-    band_k: float
+    curve_segments: int
     loss_floor_rel: float
     metric_floor_rel: float
     curve_floor_rel: float
-    curve_z_max: float
-    undecided_margin: float
-    recommend_seeds: int
 
 
 class L2Rules(_Section):
     warmup_steps: int
     warmup_fraction: float
+    max_compile_steps_after_warmup: int
     fallback_allow: list[str]
     host_sync_ops: list[str]
     max_host_syncs_per_step: float
@@ -70,6 +70,9 @@ class L3Rules(_Section):
 class L4Rules(_Section):
     require_faster: bool
     require_cheaper: bool
+    skip_first_intervals: int
+    min_speedup: float
+    max_cost_ratio: float
 
 
 class Limits(_Section):

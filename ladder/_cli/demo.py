@@ -8,7 +8,6 @@ import typer
 
 from ladder._cli.main import app
 from ladder._display import display
-from ladder.demo import run_demo
 
 
 @app.command("demo")
@@ -18,6 +17,8 @@ def demo(
     as_json: bool = typer.Option(False, "--json"),
 ) -> int:
     """Port the example classifier with a recorded agent and show what ladder catches."""
+    from ladder.demo import run_demo
+
     directory = (directory or Path(f"ladder-demo-{target}")).resolve()
     d = display()
     with d.run_progress(f"demo {target}") as cb:

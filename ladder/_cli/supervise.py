@@ -8,12 +8,15 @@ import typer
 
 from ladder._cli.main import app
 from ladder._display import display
-from ladder.supervisor.driver import SupervisorStatus, resume, status, supervise
 
 SPEC = typer.Option(Path("ladder.toml"), "--spec", help="The migration spec.")
 
 
-def show_status(st: SupervisorStatus, as_json: bool) -> int:
+# The supervisor (LangGraph and its checkpointer) is imported when a command needs it: `ladder run` and
+# `ladder check` must work in an environment that has only ladder's core dependencies.
+
+
+def show_status(st, as_json: bool) -> int:
     d = display()
     if as_json:
         d.json(st.model_dump())
@@ -45,6 +48,8 @@ def supervise_cmd(
     as_json: bool = typer.Option(False, "--json"),
 ) -> int:
     """Run the whole protocol: baseline, attempt 0, agent attempts, checks, stop rules, full run, report."""
+    from ladder.supervisor.driver import supervise
+
     with display().run_progress("supervise") as cb:
         st = supervise(spec_path, agent, max_attempts=max_attempts, seeds=seeds, full_seeds=full_seeds, progress=cb)
     return show_status(st, as_json)
@@ -59,6 +64,8 @@ def resume_cmd(
     as_json: bool = typer.Option(False, "--json"),
 ) -> int:
     """Answer a pause, or continue a migration whose supervisor was killed."""
+    from ladder.supervisor.driver import resume
+
     with display().run_progress("resume") as cb:
         st = resume(spec_path, decision, raise_to, note, progress=cb)
     return show_status(st, as_json)
@@ -67,4 +74,6 @@ def resume_cmd(
 @app.command("status")
 def status_cmd(spec_path: Path = SPEC, as_json: bool = typer.Option(False, "--json")) -> int:
     """Where the migration stands: attempts, declared vs achieved, what it waits for."""
+    from ladder.supervisor.driver import status
+
     return show_status(status(spec_path), as_json)

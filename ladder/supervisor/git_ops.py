@@ -52,7 +52,9 @@ def commit_attempt(worktree: Path, attempt: int, declared: str | None, summary: 
     first = (summary.strip().splitlines() or ["(no summary)"])[0][:72]
     message = (f"ladder attempt {attempt}: {first}\n\n{summary.strip()}\n\n"
                f"Ladder-Attempt: {attempt}\nDeclared-Level: {declared or 'none'}\n")
-    wt.git.commit("--allow-empty", "-m", message, "--no-verify")
+    reader = wt.config_reader()
+    identity = [] if reader.has_option("user", "email") else ["-c", "user.name=ladder", "-c", "user.email=ladder@localhost"]
+    wt.git.execute(["git", *identity, "commit", "--allow-empty", "-m", message, "--no-verify"])
     stat = wt.git.diff("--stat", "HEAD~1", "HEAD")
     return wt.head.commit.hexsha, stat
 

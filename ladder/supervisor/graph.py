@@ -152,7 +152,9 @@ def node_stop_rules(state: State, config: RunnableConfig) -> dict[str, Any]:
             return {"finished": f"reached --max-attempts {state['max_attempts']}", "decision": "stop"}
         return {"decision": "continue", "pause": None}
     payload = {"rule": decision["rule"], "reason": decision["reason"], "evidence": decision.get("evidence", {}),
-               "attempt": n, "choices": list(DECISIONS)}
+               "attempt": n, "choices": list(DECISIONS),
+               # what raise-limit would raise, and to what by default: the human needs it to answer
+               **{k: decision[k] for k in ("limit_key", "raised_default") if k in decision}}
     replay = _cfg(config).get("auto_decision")
     answer = replay(n, payload) if replay else None
     if answer is None:

@@ -62,13 +62,12 @@ def evaluate(m: Migration, n: int, state: dict[str, Any]) -> dict[str, Any] | No
     """The first stop rule that says stop after attempt n, as a pause payload; None to go on."""
     protocol = protocol_with_limits(m.protocol, state.get("limits") or {})
     run, result = _latest(m, n)
-    if result is not None and result.achieved_level is None:
-        # A run that did not reach L0 has no loss or metric to diverge: its L1 checks fail for want of
-        # numbers, which is the no_l0 rule's business, not a divergence to ask the human about.
-        result = None
     decisions = stoprules.stop_decisions(journal_so_far(m), protocol, latest=run, latest_result=result)
+    # A human already answered this rule for this attempt (e.g. accepted a divergent short run whose
+    # full run then failed): asking again would only repeat the question.
+    answered = {e.content.get("rule") for e in m.journal.entries("decision", attempt=n)}
     for d in decisions:
-        if d.stop:
+        if d.stop and d.rule not in answered:
             out = {"rule": d.rule, "reason": d.reason, "evidence": d.evidence}
             if d.rule in RAISABLE:
                 key, factor = RAISABLE[d.rule]

@@ -7,6 +7,7 @@ the journal has no entry for it) is recorded as killed and run again once.
 
 from __future__ import annotations
 
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -192,8 +193,13 @@ def _run_entries(m: Migration, n: int, kind: str) -> list[Entry]:
     return [e for e in m.journal.entries("run", attempt=n) if e.content.get("kind") == kind]
 
 
+def attempt_runs_dir(m: Migration) -> Path:
+    """An attempt's runs are evidence of the migration: they live beside its journal."""
+    return m.spec.journal_dir / "runs"
+
+
 def run_dir_for(m: Migration, n: int, kind: str, try_no: int) -> Path:
-    return m.spec.runs_dir / f"attempt-{n}-{kind}-try{try_no}"
+    return attempt_runs_dir(m) / f"attempt-{n}-{kind}-try{try_no}"
 
 
 def ensure_run(m: Migration, n: int, kind: str, progress: Progress = None) -> RunRecord:
@@ -203,7 +209,7 @@ def ensure_run(m: Migration, n: int, kind: str, progress: Progress = None) -> Ru
         if not e.content.get("killed_by_supervisor_crash"):
             return RunRecord.load(m.workspace / e.content["run_dir"])
     recorded_dirs = {e.content["run_dir"] for e in entries}
-    tries = sorted(m.spec.runs_dir.glob(f"attempt-{n}-{kind}-try*")) if m.spec.runs_dir.exists() else []
+    tries = sorted(attempt_runs_dir(m).glob(f"attempt-{n}-{kind}-try*"))
     for d in tries:
         if m.rel(d) not in recorded_dirs:  # started, never recorded: ladder died during this run
             if not (d / "run.json").exists():
@@ -223,6 +229,7 @@ def ensure_run(m: Migration, n: int, kind: str, progress: Progress = None) -> Ru
     source = m.workspace / attempt.content["worktree"]
     run_dir = run_dir_for(m, n, kind, killed + 1)
     record = execute_run(m.spec, "target", kind, seed=0, source=source, run_dir=run_dir, progress=progress)
+    shutil.rmtree(run_dir / "work", ignore_errors=True)  # the code is in git at the attempt's commit
     je.append_run(m.journal, n, run_dir, root=m.workspace)
     return record
 

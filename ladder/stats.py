@@ -1,0 +1,321 @@
+"""Calibrated verdicts: is a run different from the baseline beyond the baseline seeds' own noise?
+
+Owns the statistical rule behind L1 (and L3's band) when the baseline holds several seeds. Must not
+read files or run anything: it judges RunRecords it is given. Every number it uses comes from the
+protocol's [calibrated] section.
+
+The rule (one quantity x: a loss-window mean, a metric, or a block of the loss curve)
+  The baseline's K seeds give x_1..x_K with mean m and sample sd s. A faithful run is one more draw
+  from the same distribution, so under normality (x - m) / (s * sqrt(1 + 1/K)) follows Student's t
+  with K - 1 degrees of freedom: the two-sided prediction interval
+      m +- t(1 - alpha / (2 n), K - 1) * max(s, floor) * sqrt(1 + 1/K)
+  is the band, where n is the number of quantities one check tests (Bonferroni) and
+  floor = floor_rel * |m| keeps three seeds that happen to agree closely from making a band of zero.
+  Outside the band: failed, whichever side (a silent fault can improve a metric).
+  Inside the band, but outside the band that max_seeds seeds with the same spread would give: the
+  seeds cannot tell yet, so the verdict is undecided, and it names the fewest extra seeds that would
+  decide. Inside both: passed. Few seeds therefore never pass a run by their width alone.
+
+The curve check. Every curve (the seeds' and the run's) is put on the baseline's logged steps over the
+common range (linear interpolation), smoothed with a centred moving average over smoothing_fraction
+of the points (at least 3, shrinking at the ends), and cut into curve_segments equal blocks of
+points; each block's mean is one quantity of the rule above (n = curve_segments). The per-step
+envelope (the same rule applied step by step to the smoothed curves) is reported as evidence: where
+the run first leaves it. A non-finite loss in the run fails the loss checks outright: NaN is not noise.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ladder.compare import curve_arrays, window_mean
+from ladder.records import RunRecord
+
+if TYPE_CHECKING:
+    from ladder.protocol import CalibratedRules, Protocol
+
+
+# ------------------------------------------------------------------ Student's t, without scipy
+
+def _betacf(a: float, b: float, x: float) -> float:
+    # Lentz's continued fraction for the incomplete beta function (Numerical Recipes 6.4).
+    tiny = 1e-300
+    qab, qap, qam = a + b, a + 1.0, a - 1.0
+    c, d = 1.0, 1.0 - qab * x / qap
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 400):
+        m2 = 2 * m
+        for aa in (m * (b - m) * x / ((qam + m2) * (a + m2)), -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))):
+            d = 1.0 + aa * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + aa / c
+            c = c if abs(c) > tiny else tiny
+            h *= d * c
+        if abs(d * c - 1.0) < 1e-14:
+            break
+    return h
+
+
+def _betai(a: float, b: float, x: float) -> float:
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    lbt = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
+    if x < (a + 1.0) / (a + b + 2.0):
+        return math.exp(lbt) * _betacf(a, b, x) / a
+    return 1.0 - math.exp(lbt) * _betacf(b, a, 1.0 - x) / b
+
+
+def t_cdf(t: float, df: float) -> float:
+    tail = 0.5 * _betai(df / 2.0, 0.5, df / (df + t * t))
+    return 1.0 - tail if t > 0 else tail
+
+
+def t_quantile(q: float, df: float) -> float:
+    """The q-quantile of Student's t with df degrees of freedom (bisection on the exact CDF)."""
+    if not 0.0 < q < 1.0:
+        raise ValueError(f"quantile {q} outside (0, 1)")
+    if q < 0.5:
+        return -t_quantile(1.0 - q, df)
+    lo, hi = 0.0, 1.0
+    while t_cdf(hi, df) < q:
+        hi *= 2.0
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if t_cdf(mid, df) < q else (lo, mid)
+        if hi - lo < 1e-12 * max(1.0, hi):
+            break
+    return 0.5 * (lo + hi)
+
+
+# ------------------------------------------------------------------ the rule on one quantity
+
+@functools.lru_cache(maxsize=4096)
+def _crit(k: int, alpha: float, n_tests: int) -> float:
+    """Half-width of the prediction band in units of the (floored) sd, for k seeds."""
+    return t_quantile(1.0 - alpha / (2.0 * n_tests), k - 1) * math.sqrt(1.0 + 1.0 / k)
+
+
+@dataclass(frozen=True)
+class Decision:
+    passed: bool | None
+    value: float
+    mean: float
+    sd: float
+    sd_used: float
+    lo: float
+    hi: float
+    seeds: int
+    z: float  # |value - mean| in band half-widths: > 1 is outside
+    more_seeds: int = 0  # undecided: the fewest extra seeds that would decide
+
+    def band(self) -> dict[str, Any]:
+        return {"mean": self.mean, "lo": self.lo, "hi": self.hi, "sd": self.sd, "sd_used": self.sd_used,
+                "seeds": self.seeds}
+
+
+def decide(value: float, values: list[float], floor_rel: float, rules: "CalibratedRules",
+           n_tests: int = 1) -> Decision:
+    """Judge one quantity against the seeds' values by the module's rule (needs >= 2 finite seeds)."""
+    vals = np.array([v for v in values if math.isfinite(v)], dtype=float)
+    k = len(vals)
+    if k < 2:
+        raise ValueError("the rule needs at least 2 finite seed values")
+    m = float(vals.mean())
+    sd = float(vals.std(ddof=1))
+    sd_used = max(sd, floor_rel * abs(m))
+    if sd_used == 0.0:  # all seeds exactly 0 and a zero floor: only an exact match is within noise
+        ok = value == m
+        return Decision(ok, value, m, sd, 0.0, m, m, k, 0.0 if ok else math.inf)
+    half = _crit(k, rules.alpha, n_tests) * sd_used
+    dist = abs(value - m)
+    z = dist / half if math.isfinite(value) else math.inf
+    if not math.isfinite(value) or dist > half:
+        return Decision(False, value, m, sd, sd_used, m - half, m + half, k, z)
+    more = 0
+    for k2 in range(k + 1, rules.max_seeds + 1):
+        if dist > _crit(k2, rules.alpha, n_tests) * sd_used:
+            more = k2 - k
+            break
+    return Decision(None if more else True, value, m, sd, sd_used, m - half, m + half, k, z, more)
+
+
+# ------------------------------------------------------------------ verdicts
+
+@dataclass(frozen=True)
+class Verdict:
+    """A calibrated verdict: passed True / False / None (undecided, `more_seeds` would decide)."""
+
+    check: str
+    passed: bool | None
+    measured: Any
+    band: dict[str, Any]
+    seeds: int
+    rule: str
+    summary: str
+    more_seeds: int = 0
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def status(self) -> str:
+        return "passed" if self.passed else "failed" if self.passed is not None else "undecided"
+
+    def explain(self) -> str:
+        tail = (f"undecided: {self.more_seeds} more baseline seed(s) would decide" if self.passed is None
+                else "within noise" if self.passed else "different beyond noise")
+        return f"calibrated {self.check} ({self.seeds} seeds; {self.rule}): {self.summary} -> {tail}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"check": self.check, "passed": self.passed, "status": self.status, "measured": self.measured,
+                "band": self.band, "seeds": self.seeds, "rule": self.rule, "summary": self.summary,
+                "more_seeds": self.more_seeds, "details": self.details, "explain": self.explain()}
+
+
+def _rule_text(rules: "CalibratedRules", floor_rel: float, n_tests: int = 1) -> str:
+    per = f"alpha {rules.alpha:g}" + (f"/{n_tests} per block" if n_tests > 1 else "")
+    return f"two-sided t prediction band, {per}, sd floor {floor_rel:.2%} of the mean"
+
+
+def _too_few(check: str, k: int, rules: "CalibratedRules", why: str) -> Verdict:
+    need = max(2, rules.min_seeds) - k
+    return Verdict(check, None, None, {"seeds": k}, k, "needs seeds", why, more_seeds=max(need, 1))
+
+
+def _nonfinite(run: RunRecord) -> list[int]:
+    bad = [p.step for p in run.nonfinite_losses]
+    bad += [p.step for p in run.loss_curve if not math.isfinite(p.loss)]
+    return sorted(set(bad))
+
+
+def _finite_curve(run: RunRecord) -> bool:
+    return bool(run.loss_curve) and all(math.isfinite(p.loss) for p in run.loss_curve)
+
+
+def _from_decision(check: str, d: Decision, rules: "CalibratedRules", floor_rel: float, what: str,
+                   direction: str | None = None, details: dict[str, Any] | None = None) -> Verdict:
+    side = ""
+    if direction is not None and d.value != d.mean:
+        better = (d.value > d.mean) == (direction == "max")
+        side = f", {'better' if better else 'worse'} than the seeds' mean"
+    summary = (f"{what} {d.value:.6g} vs seeds' mean {d.mean:.6g} (sd {d.sd:.3g}, used {d.sd_used:.3g}); "
+               f"band [{d.lo:.6g}, {d.hi:.6g}], distance {d.z:.2f} band half-widths{side}")
+    return Verdict(check, d.passed, d.value, d.band(), d.seeds, _rule_text(rules, floor_rel), summary,
+                   d.more_seeds, details or {})
+
+
+def calibrated_loss_window(run: RunRecord, seeds: list[RunRecord], protocol: "Protocol") -> Verdict:
+    """The mean loss over the protocol's last window fraction of steps, against the seeds' spread."""
+    rules, frac = protocol.calibrated, protocol.l1.window_fraction
+    bad = _nonfinite(run)
+    if bad:
+        return Verdict("loss_window", False, None, {}, len(seeds), "non-finite loss",
+                       f"the run logged a non-finite loss at step {bad[0]} ({len(bad)} such steps)")
+    mine = window_mean(run.loss_curve, frac)
+    if mine is None:
+        return Verdict("loss_window", False, None, {}, len(seeds), "no loss", "the run logged no loss")
+    values = [v for v in (window_mean(s.loss_curve, frac) for s in seeds if _finite_curve(s)) if v is not None]
+    if len(values) < 2:
+        return _too_few("loss_window", len(values), rules, "fewer than 2 seeds with a finite loss curve")
+    d = decide(mine, values, rules.loss_floor_rel, rules)
+    return _from_decision("loss_window", d, rules, rules.loss_floor_rel,
+                          f"mean loss over the last {frac:.0%}", details={"seed_values": values})
+
+
+def calibrated_metric(run: RunRecord, seeds: list[RunRecord], protocol: "Protocol") -> Verdict:
+    """The headline metric against the seeds' spread, two-sided; the report says better or worse."""
+    rules = protocol.calibrated
+    if run.metric is None or not math.isfinite(run.metric):
+        return Verdict("metric", False, run.metric, {}, len(seeds), "no metric",
+                       f"the run reported no finite {run.metric_name or 'metric'}")
+    values = [s.metric for s in seeds if s.metric is not None and math.isfinite(s.metric)]
+    if len(values) < 2:
+        return _too_few("metric", len(values), rules, "fewer than 2 seeds with a finite metric")
+    d = decide(run.metric, values, rules.metric_floor_rel, rules)
+    return _from_decision("metric", d, rules, rules.metric_floor_rel, run.metric_name or "metric",
+                          direction=run.metric_direction, details={"seed_values": values})
+
+
+def smooth(values: np.ndarray, fraction: float) -> np.ndarray:
+    """Centred moving average over `fraction` of the points (odd, at least 3), shrinking at the ends."""
+    n = len(values)
+    w = max(3, int(round(fraction * n)))
+    w += 1 - w % 2
+    half = w // 2
+    csum = np.concatenate([[0.0], np.cumsum(values)])
+    idx = np.arange(n)
+    lo, hi = np.maximum(idx - half, 0), np.minimum(idx + half + 1, n)
+    return (csum[hi] - csum[lo]) / (hi - lo)
+
+
+def _on_grid(run: RunRecord, grid: np.ndarray, fraction: float) -> np.ndarray:
+    steps, loss = curve_arrays(run.loss_curve)
+    return smooth(np.interp(grid, steps, loss), fraction)
+
+
+def calibrated_curve(run: RunRecord, seeds: list[RunRecord], protocol: "Protocol") -> Verdict:
+    """The smoothed loss curve, block by block, against the seeds' per-block spread."""
+    rules = protocol.calibrated
+    nseg = rules.curve_segments
+    bad = _nonfinite(run)
+    if bad:
+        return Verdict("curve", False, None, {}, len(seeds), "non-finite loss",
+                       f"the run logged a non-finite loss at step {bad[0]} ({len(bad)} such steps)")
+    usable = [s for s in seeds if _finite_curve(s) and len(s.loss_curve) >= nseg]
+    if len(usable) < 2:
+        return _too_few("curve", len(usable), rules, "fewer than 2 seeds with a finite loss curve")
+    if len(run.loss_curve) < nseg:
+        return Verdict("curve", False, None, {}, len(usable), "too short",
+                       f"the run logged {len(run.loss_curve)} loss points, fewer than {nseg} blocks")
+    ranges = [curve_arrays(s.loss_curve)[0] for s in usable]
+    run_steps = curve_arrays(run.loss_curve)[0]
+    lo = max([r[0] for r in ranges] + [run_steps[0]])
+    hi = min([r[-1] for r in ranges] + [run_steps[-1]])
+    base_grid = ranges[0]
+    grid = base_grid[(base_grid >= lo) & (base_grid <= hi)]
+    if len(grid) < nseg:
+        return Verdict("curve", False, None, {}, len(usable), "no overlap",
+                       f"the run and the seeds share {len(grid)} logged steps, fewer than {nseg} blocks")
+    coverage = (hi - lo) / max(1e-12, base_grid[-1] - base_grid[0])
+    seed_curves = np.stack([_on_grid(s, grid, rules.smoothing_fraction) for s in usable])
+    mine = _on_grid(run, grid, rules.smoothing_fraction)
+    blocks = np.array_split(np.arange(len(grid)), nseg)
+    decisions = [decide(float(mine[b].mean()), [float(c[b].mean()) for c in seed_curves],
+                        rules.curve_floor_rel, rules, n_tests=nseg) for b in blocks]
+    worst = max(range(nseg), key=lambda i: decisions[i].z)
+    if any(d.passed is False for d in decisions):
+        passed: bool | None = False
+        more = 0
+    elif any(d.passed is None for d in decisions):
+        passed, more = None, max(d.more_seeds for d in decisions if d.passed is None)
+    else:
+        passed, more = True, 0
+    if coverage < 1.0 - 1e-9 and passed:
+        passed = False  # a run that stops early has not reproduced the curve, however close its start
+    # per-step envelope: the same band step by step (evidence, not the decision)
+    k = len(usable)
+    mean, sd = seed_curves.mean(axis=0), seed_curves.std(axis=0, ddof=1)
+    half = _crit(k, rules.alpha, nseg) * np.maximum(sd, rules.curve_floor_rel * np.abs(mean))
+    outside = np.nonzero(np.abs(mine - mean) > half)[0]
+    first_out = int(grid[outside[0]]) if len(outside) else None
+    w = decisions[worst]
+    summary = (f"worst of {nseg} blocks is #{worst + 1} (steps {int(grid[blocks[worst][0]])}-"
+               f"{int(grid[blocks[worst][-1]])}): run {w.value:.5g} vs band [{w.lo:.5g}, {w.hi:.5g}], "
+               f"distance {w.z:.2f} half-widths; smoothed curve "
+               + (f"first leaves the per-step envelope at step {first_out}" if first_out is not None
+                  else "stays inside the per-step envelope")
+               + ("" if coverage >= 1.0 - 1e-9 else f"; the run covers only {coverage:.0%} of the seeds' steps"))
+    band = {"steps": grid.astype(int).tolist(), "mean": mean.tolist(), "lo": (mean - half).tolist(),
+            "hi": (mean + half).tolist(), "blocks": [{**d.band(), "value": d.value, "z": d.z, "status":
+                                                      {True: "passed", False: "failed", None: "undecided"}[d.passed]}
+                                                     for d in decisions]}
+    measured = {"worst_block": worst + 1, "z": w.z, "first_step_outside": first_out,
+                "steps_outside": int(len(outside)), "coverage": coverage}
+    return Verdict("curve", passed, measured, band, k, _rule_text(rules, rules.curve_floor_rel, nseg) +
+                   f", {nseg} blocks after a {rules.smoothing_fraction:.0%} moving average", summary, more)

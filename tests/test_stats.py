@@ -1,0 +1,144 @@
+"""The calibrated rule (ladder.stats) on synthetic seeds and runs whose answer is known."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from ladder.protocol import load_protocol
+from ladder.records import LossPoint, Provenance, RunRecord
+from ladder.stats import (calibrated_curve, calibrated_loss_window, calibrated_metric, decide, smooth,
+                          t_quantile)
+
+STEPS = np.arange(10, 310, 10)
+PROTOCOL = load_protocol("ncsu")
+
+
+def _base_curve(steps: np.ndarray = STEPS) -> np.ndarray:
+    return 2.0 * np.exp(-steps / 60.0) + 0.8
+
+
+def record(loss: np.ndarray, metric: float | None, seed: int = 0, direction: str = "max",
+           steps: np.ndarray = STEPS) -> RunRecord:
+    return RunRecord(run_id=f"r{seed}", kind="short", profile="p", platform="cpu", seed=seed, command="x", cwd=".",
+                     started_at=0.0, ended_at=100.0, exit_code=0, timeout_s=60.0,
+                     loss_curve=[LossPoint(step=int(s), loss=float(v), t=float(s) / 10) for s, v in zip(steps, loss)],
+                     metric=metric, metric_name="acc", metric_direction=direction,  # type: ignore[arg-type]
+                     provenance=Provenance(source="."))
+
+
+def seeds(k: int = 5, rng_seed: int = 0) -> list[RunRecord]:
+    """k seeds: each a seed-level offset (sd 0.01) plus per-point noise (sd 0.02); metric 0.80 +- 0.008."""
+    rng = np.random.default_rng(rng_seed)
+    return [record(_base_curve() + rng.normal(0, 0.01) + rng.normal(0, 0.02, len(STEPS)),
+                   0.80 + rng.normal(0, 0.008), seed=i) for i in range(k)]
+
+
+def _all(run: RunRecord, base: list[RunRecord]):
+    return (calibrated_loss_window(run, base, PROTOCOL), calibrated_metric(run, base, PROTOCOL),
+            calibrated_curve(run, base, PROTOCOL))
+
+
+def test_t_quantiles_match_tables() -> None:
+    for q, df, want in [(0.975, 2, 4.302653), (0.975, 4, 2.776445), (0.995, 9, 3.249836), (0.975, 1e6, 1.959966),
+                        (0.9, 30, 1.310415)]:
+        assert t_quantile(q, df) == pytest.approx(want, abs=2e-5)
+    assert t_quantile(0.025, 4) == pytest.approx(-2.776445, abs=2e-5)
+
+
+def test_identical_run_passes_everything() -> None:
+    base = seeds()
+    mean_curve = np.mean([[p.loss for p in s.loss_curve] for s in base], axis=0)
+    run = record(mean_curve, float(np.mean([s.metric for s in base])), seed=99)
+    for v in _all(run, base):
+        assert v.passed is True, v.explain()
+        json.dumps(v.as_dict())  # JSON-able, band included
+        assert "within noise" in v.explain()
+
+
+def test_another_seed_of_the_same_process_passes() -> None:
+    base = seeds(rng_seed=1)
+    run = seeds(k=6, rng_seed=2)[5]  # a fresh draw from the same process
+    assert all(v.passed is True for v in _all(run, base)), [v.explain() for v in _all(run, base)]
+
+
+def test_shift_within_noise_passes() -> None:
+    base = seeds()
+    vals = np.array([s.metric for s in base])
+    run = record(_base_curve() + 0.01, float(vals.mean() + 0.5 * vals.std(ddof=1)), seed=99)
+    for v in _all(run, base):
+        assert v.passed is True, v.explain()
+
+
+def test_shift_beyond_noise_fails_on_either_side() -> None:
+    base = seeds()
+    worse = record(_base_curve() * 1.10, 0.72, seed=99)  # loss +10%, metric -10% (about 8 sd)
+    lw, met, curve = _all(worse, base)
+    assert lw.passed is False and met.passed is False and curve.passed is False
+    assert "worse" in met.summary and "beyond noise" in met.explain()
+    better = record(_base_curve() * 0.90, 0.88, seed=99)  # a silent fault can also look better
+    lw, met, curve = _all(better, base)
+    assert lw.passed is False and met.passed is False and curve.passed is False
+    assert "better" in met.summary
+
+
+def test_diverging_trend_fails_in_the_late_blocks_only() -> None:
+    base = seeds()
+    loss = _base_curve().copy()
+    late = STEPS >= 220
+    loss[late] += np.linspace(0.0, 0.4, late.sum())  # the loss climbs back after step 220
+    v = calibrated_curve(record(loss, 0.80, seed=99), base, PROTOCOL)
+    assert v.passed is False
+    assert v.measured["worst_block"] == PROTOCOL.calibrated.curve_segments
+    assert v.band["blocks"][0]["status"] == "passed"
+    assert v.measured["first_step_outside"] >= 200
+
+
+def test_nan_fails_the_loss_checks() -> None:
+    base = seeds()
+    loss = _base_curve().copy()
+    loss[12] = math.nan
+    run = record(loss, 0.80, seed=99)
+    lw, curve = calibrated_loss_window(run, base, PROTOCOL), calibrated_curve(run, base, PROTOCOL)
+    assert lw.passed is False and curve.passed is False and "step 130" in curve.explain()
+    assert calibrated_metric(record(_base_curve(), math.nan), base, PROTOCOL).passed is False
+
+
+def test_undecided_names_the_seeds_that_decide() -> None:
+    rules = PROTOCOL.calibrated
+    three = [0.80, 0.81, 0.79]  # mean 0.80, sd 0.01
+    d = decide(0.86, three, 0.0, rules)  # 6 sd off: inside the 3-seed band (about 11.5 sd), outside 10 seeds'
+    assert d.passed is None and 1 <= d.more_seeds <= rules.max_seeds - 3
+    more = three + [0.80, 0.81, 0.79, 0.80, 0.81, 0.79, 0.80][: d.more_seeds]
+    assert decide(0.86, more, 0.0, rules).passed is False
+    assert decide(0.805, three, 0.0, rules).passed is True  # half an sd: no number of seeds would flag it
+    assert decide(0.80, [0.80, 0.80, 0.80], rules.metric_floor_rel, rules).passed is True  # the floor
+
+
+def test_too_few_seeds_is_undecided_not_a_pass() -> None:
+    v = calibrated_metric(record(_base_curve(), 0.80), seeds(k=1), PROTOCOL)
+    assert v.passed is None and v.more_seeds >= 1
+
+
+def test_false_alarm_rate_under_the_null_is_about_alpha() -> None:
+    rules = PROTOCOL.calibrated
+    rng = np.random.default_rng(7)
+    fails = not_passed = 0
+    n = 3000
+    for _ in range(n):
+        x = rng.normal(0, 1, 6)
+        d = decide(float(x[5]), list(x[:5]), 0.0, rules)
+        fails += d.passed is False
+        not_passed += d.passed is not True
+    assert 0.3 * rules.alpha < fails / n < 2.5 * rules.alpha
+    assert not_passed / n < 0.05
+
+
+def test_smoothing_keeps_the_mean_and_lowers_the_noise() -> None:
+    rng = np.random.default_rng(3)
+    x = 1.0 + rng.normal(0, 0.1, 200)
+    s = smooth(x, 0.05)
+    assert len(s) == 200 and abs(s.mean() - x.mean()) < 0.01 and s.std() < 0.5 * x.std()
