@@ -36,6 +36,8 @@ def prepare_workspace(target: str, directory: Path) -> Path:
     (directory / MARKER).write_text(target)
     shutil.copy2(EXAMPLE / TARGETS[target], directory / "ladder.toml")
     shutil.copytree(EXAMPLE / "migrations", directory / "migrations")
+    # the recorded attempts start from the faithful ports (and patch them where the agent went wrong)
+    shutil.copytree(EXAMPLE / "ports", directory / "ports", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(EXAMPLE / "repo", directory / "repo", ignore=shutil.ignore_patterns("__pycache__"))
     git = ["git", "-c", "user.name=ladder demo", "-c", "user.email=demo@ladder.invalid"]
     for cmd in (["git", "init", "-q", "-b", "main"], ["git", "add", "-A"],

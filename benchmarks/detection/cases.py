@@ -1,0 +1,107 @@
+"""The detection benchmark's cases: faithful ports, benign differences and silent faults.
+
+Each mutant is a list of exact text edits of a copy of examples/classifier/repo. An edit must match
+the expected number of times and must change the program's syntax tree (not only a comment or
+whitespace), or the benchmark stops: a mutant that silently failed to apply would count as "not
+flagged" and flatter the false-alarm rate or sink the recall for the wrong reason.
+"""
+
+from __future__ import annotations
+
+import ast
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+Kind = Literal["faithful", "benign", "fault"]
+
+
+@dataclass(frozen=True)
+class Edit:
+    file: str
+    old: str
+    new: str
+    count: int = 1  # how many times `old` must occur (all are replaced)
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    kind: Kind
+    what: str
+    profile: str = "target"  # "target" runs a mutant of the repo; "xla"/"jax" run a port as it is
+    port: str | None = None  # examples/classifier/ports/<port>
+    edits: list[Edit] = field(default_factory=list)
+
+
+PER_SHARD_CLIP = Edit(
+    "train.py",
+    "        grads.append(list(torch.autograd.grad(loss, params)))\n",
+    "        g = list(torch.autograd.grad(loss, params))\n"
+    "        norm = torch.sqrt(sum((t * t).sum() for t in g))\n"
+    "        grads.append([t * torch.clamp(CLIP_NORM / (norm + 1e-6), max=1.0) for t in g])\n",
+)
+NO_GLOBAL_CLIP = Edit("train.py", "        nn.utils.clip_grad_norm_(model.parameters(), CLIP_NORM)\n", "")
+LECUN_INIT = Edit(
+    "model.py",
+    "        self.dropout = nn.Dropout(dropout)\n",
+    "        self.dropout = nn.Dropout(dropout)\n"
+    "        for layer in (self.fc1, self.fc2, self.head):  # flax's default: lecun_normal, zero bias\n"
+    "            nn.init.trunc_normal_(layer.weight, std=layer.in_features ** -0.5)\n"
+    "            nn.init.zeros_(layer.bias)\n",
+)
+
+CASES: list[Case] = [
+    Case("repo_other_seed", "faithful", "the unmodified repo at seeds the baseline never saw"),
+    Case("port_xla", "faithful", "the PyTorch/XLA port (PJRT CPU)", profile="xla", port="xla"),
+    Case("port_jax", "faithful", "the JAX/optax port (CPU)", profile="jax", port="jax"),
+    Case("shuffle_order", "benign", "another shuffling algorithm (argsort of uniforms)",
+         edits=[Edit("data.py", "order = rng.permutation(len(x))", "order = np.argsort(rng.random(len(x)))")]),
+    Case("init_lecun", "benign", "another init distribution (flax's lecun_normal, zero bias)", edits=[LECUN_INIT]),
+    Case("layernorm_eps", "benign", "LayerNorm eps 1e-6 (flax) instead of 1e-5 (torch)",
+         edits=[Edit("model.py", "nn.LayerNorm(hidden)", "nn.LayerNorm(hidden, eps=1e-6)", count=2)]),
+    Case("clip_per_shard", "fault", "gradients clipped per shard before the 4-shard average",
+         edits=[PER_SHARD_CLIP, NO_GLOBAL_CLIP]),
+    Case("weight_decay_default", "fault", "weight decay 1e-4 (optax.adamw's default) instead of 0.05",
+         edits=[Edit("train.py", "WEIGHT_DECAY = 0.05", "WEIGHT_DECAY = 1e-4")]),
+    Case("no_warmup", "fault", "learning-rate warmup dropped",
+         edits=[Edit("train.py", "WARMUP_FRACTION = 0.1", "WARMUP_FRACTION = 0.0")]),
+    Case("dropout_inactive", "fault", "dropout never active (rate 0 in training)",
+         edits=[Edit("train.py", "dropout=0.1).to(device)", "dropout=0.0).to(device)")]),
+    Case("no_label_smoothing", "fault", "label smoothing dropped",
+         edits=[Edit("train.py", "nn.CrossEntropyLoss(label_smoothing=LABEL_SMOOTHING)", "nn.CrossEntropyLoss()")]),
+    Case("loss_summed", "fault", "per-shard loss summed instead of averaged",
+         edits=[Edit("train.py", "nn.CrossEntropyLoss(label_smoothing=LABEL_SMOOTHING)",
+                     'nn.CrossEntropyLoss(label_smoothing=LABEL_SMOOTHING, reduction="sum")')]),
+    Case("eval_on_train", "fault", "evaluation on the training split",
+         edits=[Edit("train.py", "result = evaluate(model, x_test, y_test, device)",
+                     "result = evaluate(model, x_train, y_train, device)")]),
+    Case("adam_betas", "fault", "Adam betas (0.9, 0.999) (the framework default) instead of (0.9, 0.99)",
+         edits=[Edit("train.py", "BETAS = (0.9, 0.99)", "BETAS = (0.9, 0.999)")]),
+]
+
+
+class MutationError(RuntimeError):
+    pass
+
+
+def apply_edits(src: Path, dst: Path, edits: list[Edit]) -> list[str]:
+    """Copy src to dst and apply the edits; return a one-line summary per edit. Raises MutationError."""
+    if dst.exists():
+        shutil.rmtree(dst)
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    done = []
+    for e in edits:
+        path = dst / e.file
+        text = path.read_text()
+        n = text.count(e.old)
+        if n != e.count:
+            raise MutationError(f"{e.file}: expected {e.count} occurrence(s) of {e.old!r}, found {n}: "
+                                "the repo changed under the benchmark; update benchmarks/detection/cases.py")
+        new_text = text.replace(e.old, e.new)
+        if ast.dump(ast.parse(new_text)) == ast.dump(ast.parse(text)):
+            raise MutationError(f"{e.file}: the edit {e.old!r} -> {e.new!r} does not change the code")
+        path.write_text(new_text)
+        done.append(f"{e.file}: {e.old.strip()[:60]!r} -> {e.new.strip()[:60]!r} (x{n})")
+    return done
