@@ -96,12 +96,13 @@ class PullRequests:
             raise _fail(f"update pull request #{number}", e) from e
 
 
-def pull_requests_from_env(github_repo: str | None, base_url: str | None) -> PullRequests | None:
+def pull_requests_from_env(github_repo: str | None, base_url: str | None,
+                           remote: str = "origin") -> PullRequests | None:
     """PullRequests when the spec names a GitHub repository and GITHUB_TOKEN is set, else None."""
     token = os.environ.get(TOKEN_ENV, "").strip()
     if not github_repo or not token:
         return None
-    return PullRequests(github_repo, token, base_url or os.environ.get(API_URL_ENV) or DEFAULT_API_URL)
+    return PullRequests(github_repo, token, base_url or os.environ.get(API_URL_ENV) or DEFAULT_API_URL, remote)
 
 
 def _cell(value: Any) -> str:

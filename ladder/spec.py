@@ -92,6 +92,15 @@ class Profile(_Model):
         return v
 
 
+class GitHubSpec(_Model):
+    """One pull request per attempt, opened when GITHUB_TOKEN is set (never read from the spec)."""
+
+    repo: str = Field(pattern=r"^[^/\s]+/[^/\s]+$", description="owner/name on GitHub")
+    api_url: str | None = Field(default=None, description="REST API root; default api.github.com")
+    remote: str = "origin"  # the git remote of the source repo that GitHub serves
+    base: str = "main"  # the branch pull requests merge into
+
+
 class Spec(_Model):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     source: str
@@ -101,6 +110,7 @@ class Spec(_Model):
     parse: ParseSpec
     profiles: dict[str, Profile]
     timeout_minutes: float | None = Field(default=None, gt=0, description="overrides factor x expected minutes")
+    github: GitHubSpec | None = None
 
     # Set by load_spec, not read from the file.
     path: Path | None = Field(default=None, exclude=True)

@@ -77,6 +77,7 @@ class AttemptEntry(EntryContent):
     agent_seconds: float | None = None
     agent_error: str | None = None  # the agent failed to produce a valid change or declaration
     protected_changes: list[str] = Field(default_factory=list)  # paths the change must not have touched
+    pull_request: int | None = None  # the attempt's PR number, when the spec names a GitHub repository
 
 
 class DeclarationEntry(EntryContent):

@@ -164,11 +164,14 @@ def run_agent_step(m: Migration, n: int, parent: int, agent: Agent, baseline: Ba
     if after != before:
         touched.append("the workspace's baseline or journal changed while the agent worked")
     status = "agent_error" if result.error else "protected" if touched else "ok"
-    je.append(m.journal, je.AttemptEntry(
+    attempt = je.AttemptEntry(
         number=n, parent=parent, branch=git_ops.branch_name(n), commit=sha, diff_stat=stat,
         summary=result.summary, rationale=result.rationale, agent=getattr(agent, "name", "scripted"),
         worktree=m.rel(wt), started_at=started, agent_seconds=round(time.time() - started, 3),
-        agent_error=result.error, protected_changes=touched), author="agent", attempt=n)
+        agent_error=result.error, protected_changes=touched)
+    if status == "ok":
+        attempt.pull_request = open_pull_request(m, attempt, wt, result.declared_level)
+    je.append(m.journal, attempt, author="agent", attempt=n)
     if any(v is not None for v in (result.input_tokens, result.output_tokens, result.cost_usd)):
         je.append_agent_cost(m.journal, n, input_tokens=result.input_tokens, output_tokens=result.output_tokens,
                              cost_usd=result.cost_usd, turns=result.turns)
@@ -176,6 +179,49 @@ def run_agent_step(m: Migration, n: int, parent: int, agent: Agent, baseline: Ba
                                              rationale=result.rationale, agent_status=status),
               author="agent", attempt=n)
     return {"status": status, "commit": sha, "error": result.error, "protected": touched}
+
+
+def _pull_requests(m: Migration):  # -> ladder.github_pr.PullRequests | None
+    if m.spec.github is None:
+        return None
+    from ladder.github_pr import pull_requests_from_env
+
+    return pull_requests_from_env(m.spec.github.repo, m.spec.github.api_url, m.spec.github.remote)
+
+
+def _pr_view(entry: dict[str, Any], declared: str | None, achieved: str | None = None) -> dict[str, Any]:
+    return {"attempt": entry["number"], "parent": entry.get("parent"), "summary": entry.get("summary"),
+            "rationale": entry.get("rationale"), "branch": entry.get("branch"), "commit": entry.get("commit"),
+            "agent": entry.get("agent"), "declared_level": declared, "achieved_level": achieved}
+
+
+def open_pull_request(m: Migration, attempt: je.AttemptEntry, worktree: Path, declared: str | None) -> int | None:
+    """Push the attempt's branch and open its PR (the body: the journal entry, checks pending)."""
+    prs = _pull_requests(m)
+    if prs is None:
+        return None
+    from ladder.github_pr import render_pr_body
+
+    title = f"ladder attempt {attempt.number} (declared {declared or 'none'}): {attempt.summary[:60]}"
+    return prs.open_for_attempt(worktree, attempt.branch, m.spec.github.base, title,
+                                render_pr_body(_pr_view(attempt.model_dump(), declared)))
+
+
+def update_pull_request(m: Migration, n: int) -> None:
+    """Re-render the attempt's PR body with its check table, failure notes and achieved level."""
+    entry = attempt_entry(m, n)
+    number = entry.content.get("pull_request") if entry else None
+    prs = _pull_requests(m) if number else None
+    if prs is None:
+        return
+    from ladder.github_pr import render_pr_body
+
+    check = check_entry(m, n, "full") or check_entry(m, n, "short")
+    decl = declaration(m, n)
+    achieved = check.content["achieved_level"] if check else None
+    body = render_pr_body(_pr_view(entry.content, decl.content.get("level") if decl else None, achieved),
+                          check.content["checks"] if check else None, last_notes(m, n))
+    prs.update(number, body, labels=[f"ladder:{achieved or 'none'}"])
 
 
 def record_rejected_attempt(m: Migration, n: int, status: str, why: str) -> dict[str, Any]:
@@ -263,6 +309,7 @@ def ensure_checks(m: Migration, n: int, kind: str, baseline: Baseline) -> dict[s
             m.journal, n, declared_level=declared, achieved_level=achieved, kind=kind,
             wall_s=round(time.time() - started, 3) if started else None,
             caught_by=caught_by(found.content["checks"]))
+        update_pull_request(m, n)
     return {"achieved": found.content["achieved_level"], "kind": kind}
 
 
