@@ -90,6 +90,8 @@ def _compile_events(r: dict[str, Any]) -> list[dict[str, Any]]:
     dyn = r.get("dynamo") or {}
     for rc in dyn.get("recompiles", []):
         add("dynamo", "recompile", rc["t"], rc.get("function"), rc.get("reason") or rc.get("message", "")[:300])
+    for hit in dyn.get("recompile_limit", []):
+        add("dynamo", "recompile_limit", hit["t"], hit.get("function"), hit.get("reason"))
     for gb in dyn.get("graph_breaks", []):
         add("dynamo", "graph_break", gb["t"], None, gb.get("reason") or gb.get("where"))
     return events

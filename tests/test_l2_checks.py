@@ -131,6 +131,16 @@ def test_torch_compile_recompile_after_warmup_names_function_and_guard(runs, tor
     assert "mse" in c.evidence and "scale == 1.0" in c.evidence and "step 20" in c.evidence, c.evidence
 
 
+@pytest.mark.slow
+def test_torch_compile_hitting_its_recompile_limit_inside_warmup_is_caught(runs, torch_python, reference) -> None:
+    # A new Python float every step: dynamo recompiles until config.recompile_limit, inside warm-up,
+    # then silently runs the function eagerly; no recompile is ever logged after warm-up.
+    run = runs(torch_python, "torch_train.py", "--compile", "--fault", "recompile_limit")
+    c = l2(run, "cpu", reference)["recompilation"]
+    assert c.status == "failed"
+    assert "gave up on 'mse'" in c.evidence and "recompile_limit" in c.evidence, c.evidence
+
+
 def test_without_probe_report_checks_are_not_checked(reference) -> None:
     bare = reference.model_copy(update={"probe": None})
     checks = l2(bare, "cpu", reference)

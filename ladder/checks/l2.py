@@ -171,6 +171,11 @@ def recompilation(ctx: CheckContext) -> CheckResult:
     threshold = {"warmup_end_step": w, "max_compile_steps_after_warmup": limit}
     late = [e for e in events if e["step"] > w]
     problems: list[str] = []
+    gave_up = [e for e in events if e["source"] == "dynamo" and e["kind"] == "recompile_limit"]
+    if gave_up:  # whenever it happens: from then on the function runs uncompiled
+        e = gave_up[0]
+        problems.append(f"torch.compile gave up on {e['function']} at step {e['step']}: {e['cause']} "
+                        "(it recompiled on every call until the limit, then ran eagerly)")
     dyn = [e for e in late if e["source"] == "dynamo" and e["kind"] == "recompile"]
     if dyn:
         e = dyn[0]

@@ -286,6 +286,9 @@ def _on_dynamo(dynamo) -> None:
         lg.addHandler(_dynamo_handler(kind))
         if quiet:
             lg.propagate = False  # keep the user's stderr exactly as without the probe
+    # Past config.recompile_limit dynamo stops compiling the function and runs it eagerly, with one
+    # warning on this logger and no further recompile records: the probe keeps that warning.
+    logging.getLogger("torch._dynamo.convert_frame").addHandler(_dynamo_handler("recompile_limit"))
 
 
 def _make_handler_class():
@@ -301,12 +304,19 @@ def _make_handler_class():
                 msg = record.getMessage()
                 lst = _state["dynamo"][self.kind]
                 first = msg.strip().splitlines()[0] if msg.strip() else ""
+                if self.kind == "recompile_limit" and "hit config." not in msg:
+                    return
                 item = {"t": record.created, "message": msg[:1500]}
                 if self.kind == "recompiles" and first.startswith("Recompiling function"):
                     item["function"] = first.split("Recompiling function", 1)[1].strip().split(" in ")[0]
                     reasons = [ln.strip()[2:] for ln in msg.splitlines() if ln.strip().startswith("- ")
                                and "User stack" not in ln and "File " not in ln]
                     item["reason"] = reasons[0] if reasons else ""
+                if self.kind == "recompile_limit":
+                    for ln in msg.splitlines():
+                        if ln.strip().startswith("function:"):
+                            item["function"] = ln.split(":", 1)[1].strip()
+                    item["reason"] = first
                 if self.kind == "graph_breaks":
                     for ln in msg.splitlines():
                         if ln.startswith("Graph Break Reason:"):
@@ -585,7 +595,7 @@ def _reset_state() -> None:
                   "modules": []},
         "optimizer": {"steps": 0, "step_times": []},
         "optimizers": [],
-        "dynamo": {"recompiles": [], "graph_breaks": [], "counters": {}},
+        "dynamo": {"recompiles": [], "graph_breaks": [], "recompile_limit": [], "counters": {}},
         "xla": {},
         "jax": {"backend": None, "platforms": [], "device_count": None, "compiles": [],
                 "cache_hits": [], "host_reads": 0},
