@@ -47,6 +47,11 @@ def test_demo_catches_every_planted_fault(tmp_path: Path, target: str, request) 
         silent = [e.content["silent"] for e in j.entries("failure_note") if e.attempt == 2]
         assert silent and all(silent), "the label-smoothing fault finishes cleanly: its notes are silent"
         assert j.last("stop").content["final_level"] == "L3"
+        # each failed attempt's notes were answered by the next attempt's change, by appending
+        fixes = {e.content["note_seq"]: e.content["fix"] for e in j.entries("note_fix")}
+        for note in j.entries("failure_note"):
+            if note.attempt < 3:
+                assert fixes[note.seq].startswith(f"attempt {note.attempt + 1}:"), (note.seq, fixes.get(note.seq))
 
     html = Path(out["paths"]["report"]).read_text()
     assert "<img" in html and "classifier" in html and "L3" in html

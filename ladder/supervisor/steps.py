@@ -172,6 +172,8 @@ def run_agent_step(m: Migration, n: int, parent: int, agent: Agent, baseline: Ba
     if status == "ok":
         attempt.pull_request = open_pull_request(m, attempt, wt, result.declared_level)
     je.append(m.journal, attempt, author="agent", attempt=n)
+    if status == "ok":
+        _fix_parent_notes(m, parent, n, result.summary)
     if any(v is not None for v in (result.input_tokens, result.output_tokens, result.cost_usd)):
         je.append_agent_cost(m.journal, n, input_tokens=result.input_tokens, output_tokens=result.output_tokens,
                              cost_usd=result.cost_usd, turns=result.turns)
@@ -179,6 +181,14 @@ def run_agent_step(m: Migration, n: int, parent: int, agent: Agent, baseline: Ba
                                              rationale=result.rationale, agent_status=status),
               author="agent", attempt=n)
     return {"status": status, "commit": sha, "error": result.error, "protected": touched}
+
+
+def _fix_parent_notes(m: Migration, parent: int, n: int, summary: str) -> None:
+    """The next attempt is the fix the parent's failure notes were waiting for (appended, by the agent)."""
+    fixed = {e.content.get("note_seq") for e in m.journal.entries("note_fix")}
+    for note in m.journal.entries("failure_note", attempt=parent):
+        if note.seq not in fixed:
+            je.fix_note(m.journal, note.seq, f"attempt {n}: {summary or '(no summary)'}", author="agent", attempt=n)
 
 
 def _pull_requests(m: Migration):  # -> ladder.github_pr.PullRequests | None
