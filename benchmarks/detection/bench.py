@@ -29,7 +29,7 @@ ROOT = HERE.parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE))
 
-from cases import CASES, Case, apply_edits  # noqa: E402
+from cases import CASES, apply_edits  # noqa: E402
 from ladder.baseline import Baseline, create_baseline  # noqa: E402
 from ladder.checks import CheckContext, run_ladder  # noqa: E402
 from ladder.compare import window_mean  # noqa: E402

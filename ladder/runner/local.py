@@ -14,7 +14,6 @@ import signal
 import subprocess
 import threading
 import time
-from pathlib import Path
 from typing import BinaryIO
 
 from ladder.runner import LineSink, RunOutcome, RunRequest
