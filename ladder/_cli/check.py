@@ -15,6 +15,24 @@ from ladder.records import RunRecord
 from ladder.spec import load_spec, load_spec_protocol
 
 
+def cell(value: object, width: int = 60) -> str:
+    """A table cell for a measured value or threshold: numbers to 4 significant digits, long lists counted
+    (the JSON output keeps everything)."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, dict):
+        text = ", ".join(f"{k}={cell(v, width)}" for k, v in value.items() if not isinstance(v, (list, dict)))
+    elif isinstance(value, (list, tuple)):
+        text = f"[{len(value)} values]" if len(value) > 6 else "[" + ", ".join(cell(v, width) for v in value) + "]"
+    else:
+        text = str(value)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
 def check_run(run_dir: Path, spec_path: Path | None, baseline_dir: Path | None, full_run: Path | None = None):
     record = RunRecord.load(run_dir)
     spec = load_spec(spec_path) if spec_path is not None and Path(spec_path).exists() else None
@@ -45,7 +63,7 @@ def check(
     if as_json:
         d.json(result.to_json_dict())
     else:
-        rows = [[c.level, c.name, c.status, c.measured, c.threshold, c.evidence] for c in result.checks]
+        rows = [[c.level, c.name, c.status, cell(c.measured), cell(c.threshold), c.evidence] for c in result.checks]
         d.table(f"ladder for {run_dir}: achieved {result.achieved_level or 'none'}",
                 ["level", "check", "status", "measured", "threshold", "evidence"], rows)
     return 0 if result.achieved_level is not None else 1
