@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Iterable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -150,3 +150,9 @@ class LadderResult(BaseModel):
 def level_index(level: str | None) -> int:
     """-1 for no level, 0..4 for L0..L4."""
     return -1 if level is None else LEVELS.index(level)
+
+
+def highest_level(levels: "Iterable[str | None]") -> str | None:
+    """The highest of some levels (None when none reached any)."""
+    best = max(levels, key=level_index, default=None)
+    return best if level_index(best) >= 0 else None

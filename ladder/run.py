@@ -142,8 +142,7 @@ def execute_run(spec: Spec, profile_name: str, kind: str, seed: int = 0, source:
                              on_line)
     freezer.join(timeout=120)
 
-    record.started_at = outcome.started_at
-    # Re-base line times: they were measured from the runner's start.
+    record.started_at = outcome.started_at  # the clock the line times (t) are measured from
     record.ended_at = outcome.ended_at
     record.exit_code = outcome.exit_code
     record.timed_out = outcome.timed_out

@@ -30,13 +30,12 @@ def run_cmd(
     with d.run_progress(f"{on} {kind} seed {seed}") as cb:
         record = execute_run(spec, on, kind, seed, source=source, run_dir=run_dir, progress=cb)
     summary = {
-        "run_dir": str(Path(record.cwd).parent) if record.cwd.endswith("/work") else None,
+        "run_dir": str(run_dir or spec.runs_dir / record.run_id),
         "exit_code": record.exit_code, "timed_out": record.timed_out, "loss_lines": record.loss_lines,
         "last_loss": record.loss_curve[-1].loss if record.loss_curve else None,
         "metric_name": record.metric_name, "metric": record.metric, "wall_s": record.wall_s,
         "notes": record.notes,
     }
-    summary["run_dir"] = str(run_dir or spec.runs_dir / record.run_id)
     if as_json:
         d.json(summary)
     else:

@@ -20,6 +20,7 @@ from langchain_core.runnables import RunnableConfig
 from ladder._util.errors import LadderError
 from ladder.agents import Agent, make_agent
 from ladder.journal import entries as je
+from ladder.records import highest_level
 from ladder.baseline import Baseline, latest
 from ladder.supervisor import git_ops, steps
 from ladder.supervisor.steps import Migration
@@ -241,11 +242,7 @@ def after_final_checks(state: State) -> str:
 def node_report(state: State, config: RunnableConfig) -> dict[str, Any]:
     m = _migration(state, config)
     if m.journal.last("stop") is None:
-        best = None
-        for e in m.journal.entries("attempt_result"):
-            lvl = e.content.get("achieved_level")
-            if lvl is not None and (best is None or lvl > best):
-                best = lvl
+        best = highest_level(e.content.get("achieved_level") for e in m.journal.entries("attempt_result"))
         je.append_stop(m.journal, reason=state.get("finished") or "ended", final_level=best)
     from ladder.supervisor.rules import write_report
 

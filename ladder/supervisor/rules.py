@@ -10,7 +10,7 @@ from typing import Any
 
 from ladder import stoprules
 from ladder.protocol import Protocol
-from ladder.records import CheckResult, LadderResult, RunRecord
+from ladder.records import CheckResult, LadderResult, RunRecord, highest_level
 from ladder.supervisor import steps
 from ladder.supervisor.steps import Migration
 
@@ -33,11 +33,7 @@ def journal_so_far(m: Migration) -> stoprules.JournalSoFar:
     attempts = []
     for e in m.journal.entries("attempt"):
         results = m.journal.entries("attempt_result", attempt=e.attempt)
-        best = None
-        for r in results:
-            lvl = r.content.get("achieved_level")
-            if lvl is not None and (best is None or lvl > best):
-                best = lvl
+        best = highest_level(r.content.get("achieved_level") for r in results)
         attempts.append(stoprules.AttemptSummary(
             number=e.attempt, started_at=e.content.get("started_at", e.created_at),
             ended_at=max((r.created_at for r in results), default=None), achieved_level=best))

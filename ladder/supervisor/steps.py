@@ -268,8 +268,6 @@ def ensure_run(m: Migration, n: int, kind: str, progress: Progress = None) -> Ru
     tries = sorted(attempt_runs_dir(m).glob(f"attempt-{n}-{kind}-try*"))
     for d in tries:
         if m.rel(d) not in recorded_dirs:  # started, never recorded: ladder died during this run
-            if not (d / "run.json").exists():
-                (d / "run.json").parent.mkdir(parents=True, exist_ok=True)
             write_manifest(d)
             ref = je.Ref(path=m.rel(d), digest=manifest_digest(d))
             je.append(m.journal, je.RunEntry(run_dir=ref.path, kind=kind, seed=0, profile="target", exit_code=None,  # type: ignore[arg-type]
