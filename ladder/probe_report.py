@@ -130,6 +130,7 @@ def merge_reports(out_dir: Path, rules: "L2Rules | None" = None) -> dict[str, An
     errors = list(read_errors)
     nonfinite: list[str] = []
     steps = 0
+    grad_norms: dict[str, Any] = {}
     for r in reports:
         pid = r.get("pid")
         frameworks.update(r.get("frameworks") or {})
@@ -171,6 +172,9 @@ def merge_reports(out_dir: Path, rules: "L2Rules | None" = None) -> dict[str, An
         errors += [f"pid {pid}: {e}" for e in r.get("errors") or []]
         nonfinite += [f"pid {pid}: {n}" for n in r.get("nonfinite_params") or []]
         steps = max(steps, (r.get("optimizer") or {}).get("steps", 0))
+        gn = r.get("grad_norms") or {}
+        if len(gn.get("values") or []) > len(grad_norms.get("values") or []):
+            grad_norms = {**gn, "pid": pid}  # the training process: the one that stepped the most
     classified = classify_aten(aten, rules.fallback_allow, rules.host_sync_ops)
     host["host_sync_ops"] = sum(classified["host_sync"].values())
     events.sort(key=lambda e: e["t"])
@@ -190,6 +194,7 @@ def merge_reports(out_dir: Path, rules: "L2Rules | None" = None) -> dict[str, An
         "host_transfers": host,
         "optimizers": optimizers,
         "nonfinite_params": nonfinite,
+        "grad_norms": grad_norms or None,
         "errors": errors,
         "processes": reports,
     }

@@ -48,6 +48,7 @@ class CalibratedRules(_Section):
     loss_floor_rel: float
     metric_floor_rel: float
     curve_floor_rel: float
+    grad_norm_floor_rel: float
 
 
 class L2Rules(_Section):

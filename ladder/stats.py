@@ -13,8 +13,10 @@ The rule (one quantity x: a loss-window mean, a metric, or a block of the loss c
   floor = floor_rel * |m| keeps three seeds that happen to agree closely from making a band of zero.
   Outside the band: failed, whichever side (a silent fault can improve a metric).
   Inside the band, but outside the band that max_seeds seeds with the same spread would give: the
-  seeds cannot tell yet, so the verdict is undecided, and it names the fewest extra seeds that would
-  decide. Inside both: passed. Few seeds therefore never pass a run by their width alone.
+  seeds cannot tell yet, so the verdict is undecided, and it asks for the seeds that bring the baseline
+  to max_seeds. Inside both: passed. Few seeds therefore never pass a run by their width alone. A
+  borderline run is thus judged at most twice (with the seeds it had, then with max_seeds): asking for
+  one seed at a time would re-test it at every seed, and each look adds its own false alarms.
 
 The curve check. Every curve (the seeds' and the run's) is put on the baseline's logged steps over the
 common range (linear interpolation), smoothed with a centred moving average over smoothing_fraction
@@ -140,10 +142,10 @@ def decide(value: float, values: list[float], floor_rel: float, rules: "Calibrat
     if not math.isfinite(value) or dist > half:
         return Decision(False, value, m, sd, sd_used, m - half, m + half, k, z)
     more = 0
-    for k2 in range(k + 1, rules.max_seeds + 1):
-        if dist > _crit(k2, rules.alpha, n_tests) * sd_used:
-            more = k2 - k
-            break
+    if k < rules.max_seeds and dist > _crit(rules.max_seeds, rules.alpha, n_tests) * sd_used:
+        # Ask for max_seeds, not the fewest seeds that might decide: re-testing a borderline run at every
+        # added seed is sequential testing, and inflates false alarms (measured: benchmarks/detection).
+        more = rules.max_seeds - k
     return Decision(None if more else True, value, m, sd, sd_used, m - half, m + half, k, z, more)
 
 
@@ -259,8 +261,114 @@ def _on_grid(run: RunRecord, grid: np.ndarray, fraction: float) -> np.ndarray:
     return smooth(np.interp(grid, steps, loss), fraction)
 
 
+def grad_norm_series(run: RunRecord) -> tuple[np.ndarray, np.ndarray] | None:
+    """The probe's gradient norms (step, norm), sorted by step; None when the probe recorded none."""
+    gn = (run.probe or {}).get("grad_norms") or {}
+    pts = gn.get("values") or []
+    if not pts:
+        return None
+    steps = np.array([float(p[0]) for p in pts])
+    vals = np.array([float(p[1]) for p in pts])  # "nan"/"inf" were stored as text: float() reads them
+    order = np.argsort(steps, kind="stable")
+    return steps[order], vals[order]
+
+
+@dataclass
+class _CurveJudgement:
+    passed: bool | None
+    more: int
+    decisions: list[Decision]
+    grid: np.ndarray
+    blocks: list[np.ndarray]
+    mean: np.ndarray
+    half: np.ndarray
+    mine: np.ndarray
+    coverage: float
+    seeds: int
+
+    @property
+    def worst(self) -> int:
+        return max(range(len(self.decisions)), key=lambda i: self.decisions[i].z)
+
+    @property
+    def first_out(self) -> int | None:
+        outside = np.nonzero(np.abs(self.mine - self.mean) > self.half)[0]
+        return int(self.grid[outside[0]]) if len(outside) else None
+
+    def summary(self, what: str) -> str:
+        w, i, first = self.decisions[self.worst], self.worst, self.first_out
+        b = self.blocks[i]
+        return (f"{what}: worst of {len(self.decisions)} blocks is #{i + 1} (steps {int(self.grid[b[0]])}-"
+                f"{int(self.grid[b[-1]])}): run {w.value:.5g} vs band [{w.lo:.5g}, {w.hi:.5g}], distance "
+                f"{w.z:.2f} half-widths; smoothed curve "
+                + (f"first leaves the per-step envelope at step {first}" if first is not None
+                   else "stays inside the per-step envelope")
+                + ("" if self.coverage >= 1.0 - 1e-9 else f"; the run covers only {self.coverage:.0%} of the seeds' steps"))
+
+    def band(self) -> dict[str, Any]:
+        return {"steps": self.grid.astype(int).tolist(), "mean": self.mean.tolist(),
+                "lo": (self.mean - self.half).tolist(), "hi": (self.mean + self.half).tolist(),
+                "blocks": [{**d.band(), "value": d.value, "z": d.z, "status":
+                            {True: "passed", False: "failed", None: "undecided"}[d.passed]} for d in self.decisions]}
+
+    def measured(self) -> dict[str, Any]:
+        outside = int(np.count_nonzero(np.abs(self.mine - self.mean) > self.half))
+        return {"worst_block": self.worst + 1, "z": self.decisions[self.worst].z,
+                "first_step_outside": self.first_out, "steps_outside": outside, "coverage": self.coverage}
+
+
+def _judge_curve(mine_xy: tuple[np.ndarray, np.ndarray], seeds_xy: list[tuple[np.ndarray, np.ndarray]],
+                 rules: "CalibratedRules", floor_rel: float, n_tests: int) -> _CurveJudgement | str:
+    """Block-by-block verdict of one curve against the seeds' curves; a reason string when it cannot judge."""
+    nseg = rules.curve_segments
+    lo = max([s[0][0] for s in seeds_xy] + [mine_xy[0][0]])
+    hi = min([s[0][-1] for s in seeds_xy] + [mine_xy[0][-1]])
+    base_grid = seeds_xy[0][0]
+    grid = base_grid[(base_grid >= lo) & (base_grid <= hi)]
+    if len(grid) < nseg:
+        return f"the run and the seeds share {len(grid)} logged steps, fewer than {nseg} blocks"
+    coverage = float((hi - lo) / max(1e-12, base_grid[-1] - base_grid[0]))
+    frac = rules.smoothing_fraction
+    seed_curves = np.stack([smooth(np.interp(grid, x, y), frac) for x, y in seeds_xy])
+    mine = smooth(np.interp(grid, *mine_xy), frac)
+    blocks = np.array_split(np.arange(len(grid)), nseg)
+    decisions = [decide(float(mine[b].mean()), [float(c[b].mean()) for c in seed_curves], floor_rel, rules,
+                        n_tests=n_tests) for b in blocks]
+    if any(d.passed is False for d in decisions):
+        passed: bool | None = False
+        more = 0
+    elif any(d.passed is None for d in decisions):
+        passed, more = None, max(d.more_seeds for d in decisions if d.passed is None)
+    else:
+        passed, more = True, 0
+    if coverage < 1.0 - 1e-9 and passed:
+        passed = False  # a run that stops early has not reproduced the curve, however close its start
+    k = len(seeds_xy)
+    mean, sd = seed_curves.mean(axis=0), seed_curves.std(axis=0, ddof=1)
+    half = _crit(k, rules.alpha, n_tests) * np.maximum(sd, floor_rel * np.abs(mean))
+    return _CurveJudgement(passed, more, decisions, grid, blocks, mean, half, mine, coverage, k)
+
+
+def _grad_norm_part(run: RunRecord, seeds: list[RunRecord], rules: "CalibratedRules",
+                    n_tests: int) -> _CurveJudgement | str:
+    mine = grad_norm_series(run)
+    theirs = [x for x in (grad_norm_series(s) for s in seeds) if x is not None and np.isfinite(x[1]).all()
+              and len(x[0]) >= rules.curve_segments]
+    if len(theirs) < 2:
+        return "not compared: fewer than 2 baseline seeds carry gradient norms (re-record the baseline)"
+    if mine is None:
+        return ("not compared: the run's probe recorded no gradient norm (no torch optimizer step or optax "
+                "optimizer was seen)")
+    bad = np.nonzero(~np.isfinite(mine[1]))[0]
+    if len(bad):
+        return f"non-finite gradient norm at step {int(mine[0][bad[0]])} ({len(bad)} such steps)"
+    return _judge_curve(mine, theirs, rules, rules.grad_norm_floor_rel, n_tests)
+
+
 def calibrated_curve(run: RunRecord, seeds: list[RunRecord], protocol: "Protocol") -> Verdict:
-    """The smoothed loss curve, block by block, against the seeds' per-block spread."""
+    """The smoothed loss curve, block by block, against the seeds' per-block spread; and, when the run and
+    the seeds carry the probe's gradient norms, the gradient-norm curve the same way (the check's alpha
+    is then split between the two curves)."""
     rules = protocol.calibrated
     nseg = rules.curve_segments
     bad = _nonfinite(run)
@@ -273,49 +381,32 @@ def calibrated_curve(run: RunRecord, seeds: list[RunRecord], protocol: "Protocol
     if len(run.loss_curve) < nseg:
         return Verdict("curve", False, None, {}, len(usable), "too short",
                        f"the run logged {len(run.loss_curve)} loss points, fewer than {nseg} blocks")
-    ranges = [curve_arrays(s.loss_curve)[0] for s in usable]
-    run_steps = curve_arrays(run.loss_curve)[0]
-    lo = max([r[0] for r in ranges] + [run_steps[0]])
-    hi = min([r[-1] for r in ranges] + [run_steps[-1]])
-    base_grid = ranges[0]
-    grid = base_grid[(base_grid >= lo) & (base_grid <= hi)]
-    if len(grid) < nseg:
-        return Verdict("curve", False, None, {}, len(usable), "no overlap",
-                       f"the run and the seeds share {len(grid)} logged steps, fewer than {nseg} blocks")
-    coverage = (hi - lo) / max(1e-12, base_grid[-1] - base_grid[0])
-    seed_curves = np.stack([_on_grid(s, grid, rules.smoothing_fraction) for s in usable])
-    mine = _on_grid(run, grid, rules.smoothing_fraction)
-    blocks = np.array_split(np.arange(len(grid)), nseg)
-    decisions = [decide(float(mine[b].mean()), [float(c[b].mean()) for c in seed_curves],
-                        rules.curve_floor_rel, rules, n_tests=nseg) for b in blocks]
-    worst = max(range(nseg), key=lambda i: decisions[i].z)
-    if any(d.passed is False for d in decisions):
+    both = grad_norm_series(run) is not None and sum(grad_norm_series(s) is not None for s in usable) >= 2
+    n_tests = nseg * (2 if both else 1)
+    loss = _judge_curve(curve_arrays(run.loss_curve), [curve_arrays(s.loss_curve) for s in usable], rules,
+                        rules.curve_floor_rel, n_tests)
+    if isinstance(loss, str):
+        return Verdict("curve", False, None, {}, len(usable), "no overlap", loss)
+    gn = _grad_norm_part(run, usable, rules, n_tests)
+    parts = [loss] + ([gn] if isinstance(gn, _CurveJudgement) else [])
+    if any(p.passed is False for p in parts) or (isinstance(gn, str) and gn.startswith("non-finite")):
         passed: bool | None = False
         more = 0
-    elif any(d.passed is None for d in decisions):
-        passed, more = None, max(d.more_seeds for d in decisions if d.passed is None)
+    elif any(p.passed is None for p in parts):
+        passed, more = None, max(p.more for p in parts if p.passed is None)
     else:
         passed, more = True, 0
-    if coverage < 1.0 - 1e-9 and passed:
-        passed = False  # a run that stops early has not reproduced the curve, however close its start
-    # per-step envelope: the same band step by step (evidence, not the decision)
-    k = len(usable)
-    mean, sd = seed_curves.mean(axis=0), seed_curves.std(axis=0, ddof=1)
-    half = _crit(k, rules.alpha, nseg) * np.maximum(sd, rules.curve_floor_rel * np.abs(mean))
-    outside = np.nonzero(np.abs(mine - mean) > half)[0]
-    first_out = int(grid[outside[0]]) if len(outside) else None
-    w = decisions[worst]
-    summary = (f"worst of {nseg} blocks is #{worst + 1} (steps {int(grid[blocks[worst][0]])}-"
-               f"{int(grid[blocks[worst][-1]])}): run {w.value:.5g} vs band [{w.lo:.5g}, {w.hi:.5g}], "
-               f"distance {w.z:.2f} half-widths; smoothed curve "
-               + (f"first leaves the per-step envelope at step {first_out}" if first_out is not None
-                  else "stays inside the per-step envelope")
-               + ("" if coverage >= 1.0 - 1e-9 else f"; the run covers only {coverage:.0%} of the seeds' steps"))
-    band = {"steps": grid.astype(int).tolist(), "mean": mean.tolist(), "lo": (mean - half).tolist(),
-            "hi": (mean + half).tolist(), "blocks": [{**d.band(), "value": d.value, "z": d.z, "status":
-                                                      {True: "passed", False: "failed", None: "undecided"}[d.passed]}
-                                                     for d in decisions]}
-    measured = {"worst_block": worst + 1, "z": w.z, "first_step_outside": first_out,
-                "steps_outside": int(len(outside)), "coverage": coverage}
-    return Verdict("curve", passed, measured, band, k, _rule_text(rules, rules.curve_floor_rel, nseg) +
-                   f", {nseg} blocks after a {rules.smoothing_fraction:.0%} moving average", summary, more)
+    summary = loss.summary("loss curve") + " || " + (gn.summary("gradient-norm curve") if isinstance(gn, _CurveJudgement)
+                                                    else f"gradient-norm curve: {gn}")
+    measured = loss.measured()
+    details: dict[str, Any] = {}
+    if isinstance(gn, _CurveJudgement):
+        measured["grad_norm"] = gn.measured()
+        details["grad_norm"] = {"passed": gn.passed, "band": gn.band(), "floor_rel": rules.grad_norm_floor_rel,
+                                "source": ((run.probe or {}).get("grad_norms") or {}).get("source")}
+    else:
+        details["grad_norm"] = {"passed": False if gn.startswith("non-finite") else None, "why": gn}
+    rule = (_rule_text(rules, rules.curve_floor_rel, n_tests) + f", {nseg} blocks per curve after a "
+            f"{rules.smoothing_fraction:.0%} moving average"
+            + (f"; gradient-norm sd floor {rules.grad_norm_floor_rel:.0%}" if isinstance(gn, _CurveJudgement) else ""))
+    return Verdict("curve", passed, measured, loss.band(), len(usable), rule, summary, more, details)

@@ -166,3 +166,65 @@ def test_jax_compiles_backend_and_devices(tmp_path, jax_python) -> None:
     assert fns.count("jit(<lambda>)") == 3  # shapes 1, 2, 3; the second call with 2 is cached
     assert merged["platforms"]["jax"] == ["cpu"]
     assert merged["processes"][0]["jax"]["device_count"] == 4
+
+
+def _grad_norms(tmp: Path) -> list[list[float]]:
+    return merge_reports(tmp / "probe")["grad_norms"]["values"]
+
+
+def test_torch_grad_norms_are_those_the_optimizer_receives(tmp_path) -> None:
+    # Clipping binds on odd steps only: the probe must see the clipped gradient, as optimizer.step does.
+    code = textwrap.dedent("""
+        import torch
+        torch.manual_seed(0)
+        m = torch.nn.Linear(4, 2)
+        opt = torch.optim.Adam(m.parameters(), lr=0.1)
+        for i in range(6):
+            opt.zero_grad()
+            (m(torch.randn(8, 4)) ** 2).sum().backward()
+            torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0 if i % 2 else 1e6)
+            print(float(torch.sqrt(sum((p.grad ** 2).sum() for p in m.parameters()))))
+            opt.step()
+    """)
+    p = _run(sys.executable, code, tmp_path)
+    assert p.returncode == 0, p.stderr
+    printed = [float(x) for x in p.stdout.split()]
+    got = _grad_norms(tmp_path)
+    assert [s for s, _ in got] == [1, 2, 3, 4, 5, 6]
+    assert [v for _, v in got] == pytest.approx(printed, rel=1e-5)
+    assert got[1][1] == pytest.approx(1.0, rel=1e-5) and got[0][1] > 1.5  # clipped, and not
+    assert merge_reports(tmp_path / "probe")["grad_norms"]["source"] == "torch optimizer.step"
+
+    (tmp_path / "off").mkdir()
+    assert _run(sys.executable, code, tmp_path / "off", options={"grad_norms": False}).stdout == p.stdout
+    assert merge_reports(tmp_path / "off" / "probe")["grad_norms"] is None  # the option turns it off
+
+
+@pytest.mark.slow
+@pytest.mark.jax
+def test_optax_grad_norms_are_the_clipped_input_of_the_optimizer(tmp_path, jax_python) -> None:
+    # optax.chain(clip, adam): the probe wraps adam's update, inside jit, so it sees the clipped gradient.
+    code = textwrap.dedent("""
+        import jax, jax.numpy as jnp, optax
+        tx = optax.chain(optax.clip_by_global_norm(1.0), optax.adam(0.1))
+        params = {"w": jnp.ones((4, 2)), "b": jnp.zeros(2)}
+        state = tx.init(params)
+        loss = lambda p, x: ((x @ p["w"] + p["b"]) ** 2).sum()
+        @jax.jit
+        def step(p, s, x):
+            g = jax.grad(loss)(p, x)
+            u, s = tx.update(g, s, p)
+            return optax.apply_updates(p, u), s, optax.global_norm(g)
+        for i in range(5):
+            x = jax.random.normal(jax.random.PRNGKey(i), (8, 4)) * (0.01 if i % 2 else 1.0)
+            params, state, n = step(params, state, x)
+            print(float(n))
+    """)
+    p = _run(jax_python, code, tmp_path)
+    assert p.returncode == 0, p.stderr
+    raw = [float(x) for x in p.stdout.split()]
+    got = _grad_norms(tmp_path)
+    assert [s for s, _ in got] == [1, 2, 3, 4, 5]
+    assert [v for _, v in got] == pytest.approx([min(r, 1.0) for r in raw], rel=1e-4)
+    assert any(r > 1.0 for r in raw) and any(r < 1.0 for r in raw)  # both sides of the clip happened
+    assert merge_reports(tmp_path / "probe")["grad_norms"]["source"] == "optax.adam update"

@@ -137,6 +137,26 @@ def test_false_alarm_rate_under_the_null_is_about_alpha() -> None:
     assert not_passed / n < 0.05
 
 
+def test_undecided_then_max_seeds_keeps_false_alarms_near_alpha() -> None:
+    # The two-look procedure a user follows: judge with 5 seeds; if undecided, add the seeds asked for
+    # and judge again. Under the null the false alarms stay within 2 alpha (one alpha per look).
+    rules = PROTOCOL.calibrated
+    rng = np.random.default_rng(11)
+    fails = asked = 0
+    n = 3000
+    for _ in range(n):
+        x = rng.normal(0, 1, 1 + rules.max_seeds)
+        d = decide(float(x[0]), list(x[1:6]), 0.0, rules)
+        if d.passed is None:
+            asked += 1
+            assert d.more_seeds == rules.max_seeds - 5
+            d = decide(float(x[0]), list(x[1:6 + d.more_seeds]), 0.0, rules)
+            assert d.passed is not None  # at max_seeds there is nothing left to ask for
+        fails += d.passed is False
+    assert asked > 0.02 * n  # the second look really happens
+    assert fails / n < 2.0 * rules.alpha
+
+
 def test_smoothing_keeps_the_mean_and_lowers_the_noise() -> None:
     rng = np.random.default_rng(3)
     x = 1.0 + rng.normal(0, 0.1, 200)

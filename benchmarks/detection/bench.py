@@ -32,16 +32,18 @@ sys.path.insert(0, str(HERE))
 from cases import CASES, apply_edits  # noqa: E402
 from ladder.baseline import Baseline, create_baseline  # noqa: E402
 from ladder.checks import CheckContext, run_ladder  # noqa: E402
-from ladder.compare import window_mean  # noqa: E402
+from ladder.compare import curve_arrays, window_mean  # noqa: E402
 from ladder.records import RunRecord  # noqa: E402
 from ladder.run import execute_run  # noqa: E402
 from ladder.spec import load_spec, load_spec_protocol  # noqa: E402
+from ladder.stats import grad_norm_series  # noqa: E402
 
 EXAMPLE = ROOT / "examples" / "classifier"
 XLA_PYTHON = "/tmp/envs/xla/bin/python"
 JAX_PYTHON = "/tmp/envs/jax/bin/python"
 MEASURABLE_SD = 2.0  # a mean shift over the trials of 2 seed sds is 4 standard errors with 4 trials
-JUDGED = [("L1", "loss_window"), ("L1", "metric"), ("L1", "trend"), ("L3", "main_result")]
+# the calibrated (or fixed-rule) checks: the short run's L1, the full run's L1 and L3
+JUDGED = [f"{kind}:L1/{n}" for kind in ("short", "full") for n in ("loss_window", "metric", "trend")] + ["full:L3/main_result"]
 
 SPEC = '''name = "classifier"
 source = "src/repo"
@@ -147,42 +149,47 @@ def build_baseline(spec, work: Path, args: argparse.Namespace, pool: ThreadPoolE
     return create_baseline(spec, seeds=args.short_seeds, full_seeds=args.full_seeds)
 
 
-def judge(spec, protocol, base: Baseline, short: RunRecord, full: RunRecord, k_short: int, k_full: int) -> dict:
+def judge(protocol, base: Baseline, short: RunRecord, full: RunRecord, k_short: int, k_full: int) -> dict:
+    """Both runs of a trial judged as the supervisor judges them: the short run up to L2, the full run up
+    to L3 (its own L1 checks against the baseline's full runs, then L3)."""
     view = dataclasses.replace(base, short_runs=base.short_runs[:k_short], full_runs=base.full_runs[:k_full])
-    res = run_ladder(CheckContext(run=short, protocol=protocol, baseline=view, full_run=full,
-                                  expected_platform=short.platform), up_to="L3")
-    return {(c.level, c.name): c for c in res.checks}
+    out = {}
+    for kind, run, up_to in (("short", short, "L2"), ("full", full, "L3")):
+        res = run_ladder(CheckContext(run=run, protocol=protocol, baseline=view, expected_platform=run.platform,
+                                      full_run=run if kind == "full" else None), up_to=up_to)
+        out.update({f"{kind}:{c.level}/{c.name}": c for c in res.checks if c.level != "L0"})
+    return out
 
 
-def verdicts(spec, protocol, base: Baseline, short: RunRecord, full: RunRecord, k0: int) -> dict:
+def _more(checks: dict, prefix: str) -> int:
+    return max([c.details["calibrated"]["more_seeds"] for key, c in checks.items()
+                if key in JUDGED and key.startswith(prefix) and c.status == "undecided"] or [0])
+
+
+def verdicts(protocol, base: Baseline, short: RunRecord, full: RunRecord, k0: int) -> dict:
     """The calibrated verdict at k0 seeds, then with the extra seeds it asked for; and the fixed rule."""
     ks, kf = min(k0, len(base.short_runs)), min(k0, len(base.full_runs))
-    first = judge(spec, protocol, base, short, full, ks, kf)
+    first = judge(protocol, base, short, full, ks, kf)
     checks, rounds = first, 0
-    while rounds < 3:
-        und = {key: c for key, c in checks.items() if key in JUDGED and c.status == "undecided"}
-        if not und:
-            break
-        more_s = max([c.details["calibrated"]["more_seeds"] for key, c in und.items() if key[0] == "L1"] or [0])
-        more_f = max([c.details["calibrated"]["more_seeds"] for key, c in und.items() if key[0] == "L3"] or [0])
-        ns, nf = min(ks + more_s, len(base.short_runs)), min(kf + more_f, len(base.full_runs))
+    while rounds < 3 and any(checks[k].status == "undecided" for k in JUDGED):
+        ns = min(ks + _more(checks, "short:"), len(base.short_runs))
+        nf = min(kf + _more(checks, "full:"), len(base.full_runs))
         if (ns, nf) == (ks, kf):
             break  # the seeds asked for are not in the baseline: stays undecided (flagged)
         ks, kf, rounds = ns, nf, rounds + 1
-        checks = judge(spec, protocol, base, short, full, ks, kf)
-    fixed = judge(spec, protocol, base, short, full, 1, 1)
-    status = lambda cs: {f"{lv}/{n}": cs[(lv, n)].status for lv, n in JUDGED}  # noqa: E731
-    l2 = {f"L2/{n}": c.status for (lv, n), c in checks.items() if lv == "L2"}
+        checks = judge(protocol, base, short, full, ks, kf)
+    fixed = judge(protocol, base, short, full, 1, 1)
+    status = lambda cs: {k: cs[k].status for k in JUDGED}  # noqa: E731
+    l2 = lambda cs: {k: c.status for k, c in cs.items() if "/" in k and k.split(":")[1].startswith("L2")}  # noqa: E731
     return {"initial": status(first), "final": status(checks), "seeds_used": [ks, kf], "fixed": status(fixed),
-            "ladder": {**status(checks), **l2},
-            "l2_detail": {f"L2/{n}": c.evidence[:300] for (lv, n), c in checks.items() if lv == "L2"
-                          and c.status != "passed"},
-            "fixed_detail": {f"{lv}/{n}": fixed[(lv, n)].evidence[:300] for lv, n in JUDGED},
-            "final_detail": {f"{lv}/{n}": checks[(lv, n)].evidence[:400] for lv, n in JUDGED}}
+            "ladder": {**status(checks), **l2(checks)}, "fixed_ladder": {**status(fixed), **l2(fixed)},
+            "l2_detail": {k: c.evidence[:300] for k, c in checks.items() if k in l2(checks) and c.status != "passed"},
+            "fixed_detail": {k: fixed[k].evidence[:300] for k in JUDGED},
+            "final_detail": {k: checks[k].evidence[:600] for k in JUDGED}}
 
 
 def flagged(statuses: dict, short_only: bool = False) -> bool:
-    return any(s != "passed" for key, s in statuses.items() if not short_only or key.startswith("L1"))
+    return any(s != "passed" for key, s in statuses.items() if not short_only or key.startswith("short:"))
 
 
 def _mean_sd(xs: list[float]) -> tuple[float, float]:
@@ -194,6 +201,7 @@ def effects(base: Baseline, protocol, trials: list[dict]) -> dict:
     frac = protocol.l1.window_fraction
     ref = {"metric_short": [r.metric for r in base.short_runs],
            "loss_short": [window_mean(r.loss_curve, frac) for r in base.short_runs],
+           "loss_full": [window_mean(r.loss_curve, frac) for r in base.full_runs],
            "metric_full": [r.metric for r in base.full_runs]}
     out = {}
     for key, vals in ref.items():
@@ -205,18 +213,26 @@ def effects(base: Baseline, protocol, trials: list[dict]) -> dict:
     return out
 
 
-def curve_shift(base: Baseline, protocol, runs: list[RunRecord]) -> float:
-    """The largest mean shift of a curve block (the calibrated curve check's blocks), in seed sds."""
-    from ladder.stats import _on_grid
+def block_shift(protocol, seeds: list[RunRecord], runs: list[RunRecord], series) -> dict:
+    """The largest mean shift of a curve block (the calibrated curve check's blocks), in seed sds and in %.
+    `series(run)` gives (steps, values); blocks are cut on the first seed's steps, as the check cuts them."""
     import numpy as np
 
-    grid = np.array([p.step for p in base.short_runs[0].loss_curve], dtype=float)
+    from ladder.stats import smooth
+
+    xy = [series(r) for r in seeds]
+    mine_xy = [series(r) for r in runs]
+    if any(x is None for x in xy + mine_xy):
+        return {"shift_sd": float("nan"), "shift_rel": float("nan")}
+    grid = xy[0][0]
     blocks = np.array_split(np.arange(len(grid)), protocol.calibrated.curve_segments)
     frac = protocol.calibrated.smoothing_fraction
-    seeds = np.array([[c[b].mean() for b in blocks] for c in (_on_grid(r, grid, frac) for r in base.short_runs)])
-    mine = np.array([[c[b].mean() for b in blocks] for c in (_on_grid(r, grid, frac) for r in runs)])
-    z = (mine.mean(axis=0) - seeds.mean(axis=0)) / seeds.std(axis=0, ddof=1)
-    return float(z[np.argmax(np.abs(z))])
+    per = lambda pts: [[c[b].mean() for b in blocks] for c in (smooth(np.interp(grid, x, y), frac) for x, y in pts)]  # noqa: E731
+    seeds_b, mine_b = np.array(per(xy)), np.array(per(mine_xy))
+    m = seeds_b.mean(axis=0)
+    z = (mine_b.mean(axis=0) - m) / seeds_b.std(axis=0, ddof=1)
+    i = int(np.argmax(np.abs(z)))
+    return {"shift_sd": float(z[i]), "shift_rel": float((mine_b.mean(axis=0)[i] - m[i]) / abs(m[i]))}
 
 
 def rate(rows: list[dict], kind_fault: bool, key: str, short_only: bool = False,
@@ -269,18 +285,26 @@ def main() -> None:
         for i in range(args.trials):
             seed = 100 + i
             short, full = records[(case.name, seed, "short")], records[(case.name, seed, "full")]
-            v = verdicts(spec, protocol, base, short, full, args.seeds)
+            v = verdicts(protocol, base, short, full, args.seeds)
             v.update(seed=seed, metric_short=short.metric, metric_full=full.metric,
-                     loss_short=window_mean(short.loss_curve, protocol.l1.window_fraction))
+                     loss_short=window_mean(short.loss_curve, protocol.l1.window_fraction),
+                     loss_full=window_mean(full.loss_curve, protocol.l1.window_fraction))
             trials.append(v)
         eff = effects(base, protocol, trials)
-        eff["curve_block"] = {"shift_sd": curve_shift(base, protocol, [records[(case.name, 100 + i, "short")]
-                                                                      for i in range(args.trials)])}
+        shorts = [records[(case.name, 100 + i, "short")] for i in range(args.trials)]
+        eff["curve_block"] = block_shift(protocol, base.short_runs, shorts, lambda r: curve_arrays(r.loss_curve))
+        eff["grad_norm_block"] = block_shift(protocol, base.short_runs, shorts, grad_norm_series)
         eff["measurable"] = any(abs(v["shift_sd"]) >= MEASURABLE_SD for k, v in eff.items() if isinstance(v, dict))
         rows.append({"case": case.name, "kind": case.kind, "what": case.what, "trials": trials, "effect": eff})
     elapsed = time.time() - t0
     (work / "results.json").write_text(json.dumps(rows, indent=1, default=str))
     print(report(rows, args, elapsed))
+
+
+def _fmt(e: dict) -> str:
+    if not math.isfinite(e["shift_sd"]):
+        return "n/a"
+    return f"{e['shift_sd']:+.1f} sd, {e['shift_rel']:+.1%}"
 
 
 def report(rows: list[dict], args: argparse.Namespace, elapsed: float) -> str:
@@ -290,39 +314,42 @@ def report(rows: list[dict], args: argparse.Namespace, elapsed: float) -> str:
            f"verdict starts from {args.seeds} seeds and adds the seeds it asks for; wall {elapsed / 60:.1f} min.",
            "",
            "Effects: mean shift over the case's trials from the mean of all baseline seeds, in baseline seed sds "
-           "(and %); curve = the curve check's block with the largest shift. Flag counts are trials out of "
-           f"{n}; 'ladder' adds L2's probe checks to the calibrated L1/L3 verdict.",
+           "(and %); 'curve' and 'grad norm' = the block of the short run's smoothed loss / gradient-norm curve "
+           f"with the largest shift. Flag counts are trials out of {n}; a trial is flagged when a check on its "
+           "short run (L1) or full run (L1, L3) does not pass; '+ L2' adds L2's probe checks on both runs.",
            "",
-           "| case | kind | test_acc short | loss window | curve block | test_acc full "
-           f"| calibrated @{args.seeds} seeds (undecided) | calibrated final | fixed rule | short run alone | ladder |",
-           "|---|---|---|---|---|---|---|---|---|---|---|"]
+           "| case | kind | test_acc short | loss window short | curve block | grad-norm block | loss window full "
+           f"| test_acc full | calibrated @{args.seeds} seeds (undecided) | calibrated final | fixed rule "
+           "| short run alone | ladder (calibrated + L2) | fixed rule + L2 |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         e = r["effect"]
-        cells = [f"{e[k]['shift_sd']:+.1f} sd, {e[k]['shift_rel']:+.2%}" for k in ("metric_short", "loss_short")]
-        cells += [f"{e['curve_block']['shift_sd']:+.1f} sd",
-                  f"{e['metric_full']['shift_sd']:+.1f} sd, {e['metric_full']['shift_rel']:+.2%}"]
+        cells = [_fmt(e[k]) for k in ("metric_short", "loss_short", "curve_block", "grad_norm_block", "loss_full",
+                                      "metric_full")]
         t = r["trials"]
         init_flag = sum(flagged(x["initial"]) for x in t)
         init_und = sum(any(s == "undecided" for s in x["initial"].values()) for x in t)
-        final = sum(flagged(x["final"]) for x in t)
-        fixed = sum(flagged(x["fixed"]) for x in t)
-        short = sum(flagged(x["final"], short_only=True) for x in t)
-        ladder = sum(flagged(x["ladder"]) for x in t)
+        counts = [sum(flagged(x[key], short_only=so) for x in t)
+                  for key, so in (("final", False), ("fixed", False), ("final", True), ("ladder", False),
+                                  ("fixed_ladder", False))]
         mark = "" if r["kind"] != "fault" or e["measurable"] else " (no measurable effect)"
-        out.append(f"| {r['case']} | {r['kind']}{mark} | {' | '.join(cells)} | {init_flag}/{n} ({init_und}) "
-                   f"| {final}/{n} | {fixed}/{n} | {short}/{n} | {ladder}/{n} |")
+        out.append(f"| {r['case']} | {r['kind']}{mark} | {' | '.join(cells)} | {init_flag}/{n} ({init_und}) | "
+                   + " | ".join(f"{c}/{n}" for c in counts) + " |")
     out.append("")
-    for label, key in (("calibrated, final (extra seeds added)", "final"),
-                       (f"calibrated at {args.seeds} seeds (undecided counts as flagged)", "initial"),
-                       ("fixed rule (one baseline seed)", "fixed"),
-                       ("whole ladder: calibrated L1/L3 plus L2's probe checks", "ladder")):
+    for label, key in (("ladder: calibrated L1/L3 plus L2's probe checks", "ladder"),
+                       ("fixed rule plus the same L2 probe checks", "fixed_ladder"),
+                       ("calibrated L1/L3, final (extra seeds added)", "final"),
+                       (f"calibrated L1/L3 at {args.seeds} seeds (undecided counts as flagged)", "initial"),
+                       ("fixed rule L1/L3 (one baseline seed)", "fixed")):
         hit, nf = rate(rows, True, key)
         fa, nb = rate(rows, False, key)
         mh, mn = rate(rows, True, key, measurable=True)
         out.append(f"- {label}: recall {hit}/{nf} = {hit / nf:.3f} (faults with a measurable effect: "
                    f"{mh}/{mn} = {mh / max(mn, 1):.3f}), false alarm {fa}/{nb} = {fa / nb:.3f}")
     hit, nf = rate(rows, True, "final", short_only=True)
-    out.append(f"- faults caught from the short run alone (calibrated L1): {hit}/{nf} = {hit / nf:.3f}")
+    fa, nb = rate(rows, False, "final", short_only=True)
+    out.append(f"- faults caught from the short run alone (calibrated L1): {hit}/{nf} = {hit / nf:.3f} "
+               f"(false alarm {fa}/{nb} = {fa / nb:.3f})")
     return "\n".join(out)
 
 

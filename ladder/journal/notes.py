@@ -129,6 +129,19 @@ def _metric(c: CheckResult, run: RunRecord) -> str:
 
 
 def _trend(c: CheckResult, run: RunRecord) -> str:
+    cal = c.details.get("calibrated") or {}
+    gn = (cal.get("details") or {}).get("grad_norm") or {}
+    loss_blocks = (cal.get("band") or {}).get("blocks") or []
+    if gn.get("passed") is False and not any(b.get("status") == "failed" for b in loss_blocks):
+        blocks = (gn.get("band") or {}).get("blocks") or []
+        if not blocks:
+            return f"the gradient the optimizer receives is not finite: {gn.get('why', c.evidence)}"
+        w = max(blocks, key=lambda b: b.get("z", 0.0))
+        rel = (w["value"] - w["mean"]) / abs(w["mean"]) if w.get("mean") else 0.0
+        return (f"the loss curve is within noise, but the gradient the optimizer receives is "
+                f"{'smaller' if rel < 0 else 'larger'} by {abs(rel):.0%} than the baseline seeds' ({w['value']:.4g} "
+                f"vs {w['mean']:.4g} in its worst block): a fault on the gradient path (clipping per shard, "
+                "loss scaling or averaging) that the optimizer's normalisation may hide from the loss")
     f = c.details.get("fixed_rule") or {}
     rm, bm = f.get("run_moves") or [], f.get("base_moves") or []
     if not rm or len(rm) != len(bm):

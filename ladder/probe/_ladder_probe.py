@@ -24,6 +24,7 @@ _state: dict = {}
 _opts: dict = {}
 _installed = False
 _finalised = False
+_quiet = False  # set while the probe reads its own values back: those reads are not the program's
 
 
 def record_error(where: str, exc: BaseException) -> None:
@@ -228,8 +229,10 @@ def _optimizer_step_hook(optimizer, args, kwargs):
         o = _state["optimizer"]
         step = o["steps"] = o["steps"] + 1
         # all of the first 2000 steps, then every 10th, then every 100th: bounded, still mappable
-        if step <= 2000 or (step <= 20000 and step % 10 == 0) or step % 100 == 0:
+        if _kept(step):
             o["step_times"].append([step, time.time()])
+            if _grad_norms_on and _gn["owner"] in (None, id(optimizer)):
+                _torch_grad_norm(optimizer, step)
         if _every > 0 and step % _every == 0:
             _arm_forward_hook()
         key = id(optimizer)
@@ -257,6 +260,92 @@ def _optimizer_step_hook(optimizer, args, kwargs):
 
 _optimizers: dict = {}
 _last_cfg: dict = {}
+
+
+def _kept(step: int) -> bool:
+    # all of the first 2000 steps, then every 10th, then every 100th: bounded, still mappable
+    return step <= 2000 or (step <= 20000 and step % 10 == 0) or step % 100 == 0
+
+
+# ---------------------------------------------------------------- gradient norms
+# The global L2 norm of the gradient the optimizer is handed (torch: at optimizer.step, so after any
+# clipping or unscaling the program did first; optax: the input of the first optimizer transformation
+# built, so after a clip placed before it in a chain). Torch values stay on the device until exit: no
+# host round-trip during training. Only the first optimizer's series is kept.
+
+_grad_norms_on = True
+_MAX_GRAD_NORMS = 5000
+_gn: dict = {"owner": None, "values": [], "source": None}
+
+
+def _torch_grad_norm(optimizer, step: int) -> None:
+    torch = sys.modules["torch"]
+    compiler = getattr(torch, "compiler", None)
+    if compiler is not None and compiler.is_compiling():
+        return  # inside a traced step: tensor work here would enter the user's graph
+    grads = [p.grad for g in optimizer.param_groups for p in g["params"] if getattr(p, "grad", None) is not None]
+    if not grads or any(g.is_sparse for g in grads) or len(_gn["values"]) >= _MAX_GRAD_NORMS:
+        return
+    _gn["owner"], _gn["source"] = id(optimizer), "torch optimizer.step"
+    with torch.no_grad():
+        dev = grads[0].device
+        if dev.type in ("cpu", "cuda") and all(g.device == dev for g in grads):
+            norms = torch._foreach_norm([g.detach() for g in grads])  # one fused kernel on CUDA
+            total = torch.linalg.vector_norm(torch.stack([n.float() for n in norms]))
+        else:  # XLA (basic ops only: nothing that could fall back to the CPU) or grads on several devices
+            total = torch.sqrt(sum((g.detach().float() ** 2).sum().to(dev) for g in grads))
+    _gn["values"].append((step, total))
+
+
+def _optax_grad_norm(value) -> None:
+    global _quiet
+    try:
+        _gn["calls"] = n = _gn.get("calls", 0) + 1
+        if _kept(n) and len(_gn["values"]) < _MAX_GRAD_NORMS:
+            _quiet = True
+            try:
+                _gn["values"].append((n, float(value)))
+            finally:
+                _quiet = False
+    except Exception as e:
+        record_error("optax grad norm", e)
+
+
+def _wrap_optax_update(tx, name: str):
+    update = tx.update
+    jax, optax = sys.modules["jax"], sys.modules["optax"]
+
+    def wrapped_update(updates, state, params=None, *args, **kwargs):
+        try:
+            jax.debug.callback(_optax_grad_norm, optax.global_norm(updates))
+        except Exception as e:
+            record_error("optax grad norm", e)
+        return update(updates, state, params, *args, **kwargs)
+
+    _gn["owner"], _gn["source"] = id(tx), f"optax.{name} update"
+    return tx._replace(update=wrapped_update)
+
+
+def _collect_grad_norms() -> None:
+    """Reads the kept norms back once, at exit (after the counters were snapshotted)."""
+    global _quiet
+    vals = _gn["values"]
+    if not vals:
+        return
+    _quiet = True
+    try:
+        out = []
+        torch = sys.modules.get("torch")
+        tensors = [v for _, v in vals if not isinstance(v, float)]
+        if tensors and torch is not None and tensors[0].device.type != "xla":
+            floats = iter(torch.stack([t.to(tensors[0].device) for t in tensors]).cpu().tolist())
+            vals = [(s, v if isinstance(v, float) else next(floats)) for s, v in vals]
+        for s, v in vals:
+            f = float(v)
+            out.append([s, f if math.isfinite(f) else repr(f)])
+        _state["grad_norms"] = {"source": _gn["source"], "values": out}
+    finally:
+        _quiet = False
 
 
 # ---------------------------------------------------------------- torch.compile (dynamo)
@@ -416,7 +505,7 @@ def _on_jax(jax) -> None:
 
         def _value(self):
             # _npy_value is None until the array has been read back: this read is a host transfer
-            if getattr(self, "_npy_value", 1) is None:
+            if not _quiet and getattr(self, "_npy_value", 1) is None:
                 _state["jax"]["host_reads"] += 1
             return fget(self)
 
@@ -490,7 +579,13 @@ def _wrap_optax(name: str, fn, sig):
                                            "param_groups": [params], "changes": []})
         except Exception as e:
             record_error("optax wrapper", e)
-        return fn(*args, **kwargs)
+        tx = fn(*args, **kwargs)
+        if _grad_norms_on and _gn["owner"] is None and hasattr(tx, "_replace") and hasattr(tx, "update"):
+            try:
+                tx = _wrap_optax_update(tx, name)
+            except Exception as e:
+                record_error("optax grad norm", e)
+        return tx
 
     wrapped._ladder_wrapped = True
     wrapped.__name__ = name
@@ -523,7 +618,8 @@ def _finalise() -> None:
         return
     _finalised = True
     for where, fn in (("xla metrics", _snapshot_xla), ("dynamo counters", _snapshot_dynamo),
-                      ("jax backend", _snapshot_jax_backend), ("param check", _check_params_nonfinite)):
+                      ("jax backend", _snapshot_jax_backend), ("param check", _check_params_nonfinite),
+                      ("gradient norms", _collect_grad_norms)):
         try:
             fn()
         except Exception as e:
@@ -567,6 +663,7 @@ def _after_fork_in_child() -> None:
     _reset_state()
     _optimizers.clear()
     _last_cfg.clear()
+    _gn.update(owner=None, values=[], source=None, calls=0)
     global _finalised
     _finalised = False
 
@@ -604,8 +701,9 @@ def _reset_state() -> None:
 
 
 def _configure() -> None:
-    global _every, _ignore
+    global _every, _ignore, _grad_norms_on
     try:
+        _grad_norms_on = bool(_opts.get("grad_norms", True))
         _every = int(_opts.get("sample_every", 50))
         _ignore = frozenset(["params", *_opts.get("optimizer_ignore", ["lr", "initial_lr"])])
     except Exception as e:  # a bad option: keep the defaults, say so
