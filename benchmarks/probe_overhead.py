@@ -55,12 +55,23 @@ def _run(python: str, args: list[str], probe_dir: Path | None) -> tuple[float, s
 HOOK_COST = """
 import sys, timeit, torch
 probe = sys.modules["_ladder_probe"]  # loaded by the injected sitecustomize
-model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 1))
+torch.set_num_threads(1)
+model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 128), torch.nn.ReLU(),
+                            torch.nn.Linear(128, 1))
 opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-probe._optimizer_step_hook(opt, (), {})
-n = 20000
-print(timeit.timeit(lambda: probe._optimizer_step_hook(opt, (), {}), number=n) / n
-      - timeit.timeit(lambda: None, number=n) / n)
+model(torch.randn(64, 64)).sum().backward()  # gradients present, as at a real step
+empty = timeit.timeit(lambda: None, number=1000) / 1000
+
+def cost(grad_norms):
+    probe._grad_norms_on = grad_norms
+    best = []
+    for _ in range(7):  # 1000 calls stay in the every-step regime (the first 2000 steps): the costly one
+        probe._state["optimizer"]["steps"] = 0
+        probe._gn.update(owner=None, values=[], source=None)
+        best.append(timeit.timeit(lambda: probe._optimizer_step_hook(opt, (), {}), number=1000) / 1000 - empty)
+    return min(best)
+
+print(cost(False), cost(True))
 """
 
 
@@ -95,7 +106,7 @@ def main() -> None:
             (start_probed if with_probe else start_bare).append(wall)
     import_ms = statistics.median(_import_ms(a.python, tmp / f"i{r}") for r in range(a.repeats))
     _, out = _run(a.python, ["-c", HOOK_COST], tmp / "hook")
-    hook_us = float(out.strip().splitlines()[-1]) * 1e6
+    hook_us, hook_gn_us = (float(x) * 1e6 for x in out.strip().splitlines()[-1].split())
     reports = [json.loads(p.read_text()) for p in tmp.glob("w*/probe-*.json")]
     assert len(reports) == a.repeats, "every probed workload run must leave a report"
     exit_ms = statistics.median(rep["exit_ms"] for rep in reports)
@@ -104,8 +115,10 @@ def main() -> None:
     print(f"step time with probe:    {statistics.median(probed_steps) * 1e3:.3f} ms")
     print(f"step time ratio (with/without), median of per-pair ratios: {statistics.median(ratios):.4f} "
           f"(pairs: {', '.join(f'{x:.3f}' for x in ratios)}; goal <= 1.02)")
-    print(f"per-step cost measured in-process: optimizer hook {hook_us:.2f} us = "
-          f"{hook_us / (statistics.median(bare_steps) * 1e6) * 100:.2f}% of a step (forward hook: off between samples)")
+    step_us = statistics.median(bare_steps) * 1e6
+    print(f"per-step cost measured in-process: optimizer hook {hook_us:.2f} us = {hook_us / step_us * 100:.2f}% of a "
+          f"step without gradient norms, {hook_gn_us:.2f} us = {hook_gn_us / step_us * 100:.2f}% with them (the "
+          "default; forward hook: off between samples)")
     print(f"start-up cost: {(statistics.median(start_probed) - statistics.median(start_bare)) * 1e3:.1f} ms wall "
           f"(python -c pass: {statistics.median(start_bare) * 1e3:.1f} -> {statistics.median(start_probed) * 1e3:.1f} ms); "
           f"import of the probe's sitecustomize {import_ms:.2f} ms (-X importtime), install() {install_ms:.2f} ms")

@@ -111,7 +111,7 @@ def execute_run(spec: Spec, profile_name: str, kind: str, seed: int = 0, source:
 
     env, removed = scrubbed_env(dict(os.environ), profile.pass_env)
     env.update(profile.env)
-    env.update(probe_env(run_dir / "probe"))
+    env.update(probe_env(run_dir / "probe", spec.probe.model_dump()))
     env.update({"PYTHONUNBUFFERED": "1", "LADDER_RUN_DIR": str(run_dir), "LADDER_SEED": str(seed)})
     timeout = timeout_s if timeout_s is not None else timeout_for(spec, protocol, kind)
 

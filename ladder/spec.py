@@ -92,6 +92,14 @@ class Profile(_Model):
         return v
 
 
+class ProbeSpec(_Model):
+    """Options of the probe injected into every run (the same for every profile, so runs compare)."""
+
+    grad_norms: bool = Field(default=True, description="record the norm of the gradient the optimizer is handed")
+    sample_every: int = Field(default=50, ge=0, description="optimizer steps between device samples (0: never)")
+    param_nonfinite: bool = Field(default=False, description="check sampled parameters for NaN/inf at exit")
+
+
 class GitHubSpec(_Model):
     """One pull request per attempt, opened when GITHUB_TOKEN is set (never read from the spec)."""
 
@@ -111,6 +119,7 @@ class Spec(_Model):
     profiles: dict[str, Profile]
     timeout_minutes: float | None = Field(default=None, gt=0, description="overrides factor x expected minutes")
     github: GitHubSpec | None = None
+    probe: ProbeSpec = Field(default_factory=ProbeSpec)
 
     # Set by load_spec, not read from the file.
     path: Path | None = Field(default=None, exclude=True)

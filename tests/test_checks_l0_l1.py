@@ -6,8 +6,9 @@ import math
 from pathlib import Path
 
 import numpy as np
+import pytest
 
-from helpers import cli_json, ladder_cli, workspace
+from helpers import cli_json, ladder_cli, set_var, workspace
 from ladder.compare import trend_test, window_mean
 from ladder.protocol import load_protocol
 from ladder.records import LossPoint
@@ -96,3 +97,34 @@ def test_crash_and_nan_fail_l0(tmp_path: Path) -> None:
     finite = _by_name(res)[("L0", "finite_loss")]
     assert p.returncode == 1 and res["achieved_level"] is None
     assert finite["passed"] is False and "step 60" in finite["evidence"]
+
+
+@pytest.mark.slow
+def test_real_gradient_fault_that_adam_hides_is_caught_by_the_gradient_norm_curve(tmp_path: Path) -> None:
+    """Losses multiplied by 4 before backward (micro-batch losses summed, not averaged): Adam divides the
+    scale away, so the loss and the metric are the faithful run's; only the gradient norms show it."""
+    from ladder.journal.notes import diagnose
+    from ladder.records import CheckResult, RunRecord
+
+    ws = workspace(tmp_path)
+    set_var(ws, "extra", "--opt adam")
+    cli_json("baseline", "--seeds", "3", "--short-only", cwd=ws)
+    good = cli_json("run", "--on", "target", "--seed", "7", cwd=ws)
+    text = (ws / "ladder.toml").read_text()
+    (ws / "ladder.toml").write_text(text.replace('extra = "--opt adam"', 'extra = "--opt adam --grad-scale 4"'))
+    bad = cli_json("run", "--on", "target", "--seed", "7", cwd=ws)
+    assert bad["metric"] == good["metric"]  # the fault really is invisible in the metric
+
+    faithful = _by_name(cli_json("check", good["run_dir"], cwd=ws, ok_codes=(0, 1)))
+    assert faithful[("L1", "trend")]["details"]["calibrated"]["details"]["grad_norm"]["passed"] is True
+    assert faithful[("L1", "trend")]["status"] in ("passed", "undecided")
+
+    faulty = _by_name(cli_json("check", bad["run_dir"], cwd=ws, ok_codes=(0, 1)))
+    trend = faulty[("L1", "trend")]
+    assert trend["status"] == "failed", trend["evidence"]
+    cal = trend["details"]["calibrated"]
+    assert cal["details"]["grad_norm"]["passed"] is False
+    assert not any(b["status"] == "failed" for b in cal["band"]["blocks"])  # the loss curve is within noise
+    assert faulty[("L1", "loss_window")]["status"] != "failed"
+    note = diagnose(CheckResult.model_validate(trend), RunRecord.load(Path(bad["run_dir"])))
+    assert "gradient the optimizer receives is larger by" in note, note

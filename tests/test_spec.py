@@ -25,6 +25,9 @@ direction = "up"
 [profiles.reference]
 platform = "gpu"
 price_per_hour = 1
+[probe]
+grad_norms = "sometimes"
+sample_evry = 10
 '''
 
 
@@ -34,7 +37,8 @@ def test_every_problem_is_reported_at_once(tmp_path: Path) -> None:
         load_spec(tmp_path / "ladder.toml")
     keys = {k for k, _, _ in e.value.problems}
     assert {"name", "source", "experiment.short_steps", "parse.loss", "parse.metric", "parse.direction",
-            "profiles.reference.platform", "profiles.target", "experiment.short"} <= keys
+            "profiles.reference.platform", "profiles.target", "experiment.short", "probe.grad_norms",
+            "probe.sample_evry"} <= keys
     text = str(e.value)
     assert "needs named groups ['step']" in text and "'lr'" in text and "nowhere" in text
 
@@ -43,7 +47,7 @@ def test_cli_exits_2_and_prints_all_problems_without_traceback(tmp_path: Path) -
     (tmp_path / "ladder.toml").write_text(BAD)
     p = ladder_cli("run", "--on", "reference", cwd=tmp_path)
     assert p.returncode == 2
-    assert "9 problem(s)" in p.stderr and "Traceback" not in p.stderr
+    assert "11 problem(s)" in p.stderr and "Traceback" not in p.stderr
 
 
 def test_protocol_override_errors_are_reported(tmp_path: Path) -> None:

@@ -162,3 +162,48 @@ def test_smoothing_keeps_the_mean_and_lowers_the_noise() -> None:
     x = 1.0 + rng.normal(0, 0.1, 200)
     s = smooth(x, 0.05)
     assert len(s) == 200 and abs(s.mean() - x.mean()) < 0.01 and s.std() < 0.5 * x.std()
+
+
+def _with_grad_norms(run: RunRecord, norms: np.ndarray) -> RunRecord:
+    vals = [[i + 1, float(v) if math.isfinite(v) else repr(float(v))] for i, v in enumerate(norms)]
+    return run.model_copy(update={"probe": {"grad_norms": {"source": "torch optimizer.step", "values": vals}}})
+
+
+def _grad_curve(rng: np.random.Generator, n: int = 300) -> np.ndarray:
+    """A clipped-then-decaying gradient norm: 1.0 early, falling to about 0.75, per-step noise sd 0.05."""
+    return np.minimum(1.0, 0.75 + 0.5 * np.exp(-np.arange(n) / 80.0)) + rng.normal(0, 0.05, n)
+
+
+def test_grad_norm_curve_flags_a_gradient_fault_the_loss_hides() -> None:
+    rng = np.random.default_rng(5)
+    base = [_with_grad_norms(s, _grad_curve(rng)) for s in seeds()]
+    loss = np.mean([[p.loss for p in s.loss_curve] for s in base], axis=0)
+    same = _with_grad_norms(record(loss, 0.80, seed=99), _grad_curve(rng))
+    v = calibrated_curve(same, base, PROTOCOL)
+    assert v.passed is True, v.explain()
+    assert v.details["grad_norm"]["passed"] is True and "gradient-norm curve: worst of" in v.summary
+    assert "alpha 0.01/12 per block" in v.rule  # the check's alpha is split between the two curves
+
+    shard_clipped = _with_grad_norms(record(loss, 0.80, seed=99), 0.6 * _grad_curve(rng))  # same loss
+    v = calibrated_curve(shard_clipped, base, PROTOCOL)
+    assert v.passed is False and v.details["grad_norm"]["passed"] is False
+    assert all(b["status"] == "passed" for b in v.band["blocks"])  # the loss curve alone would pass
+    assert v.measured["grad_norm"]["z"] > 1
+
+    nan = _grad_curve(rng)
+    nan[40] = math.nan
+    v = calibrated_curve(_with_grad_norms(record(loss, 0.80, seed=99), nan), base, PROTOCOL)
+    assert v.passed is False and "non-finite gradient norm at step 41" in v.summary
+
+
+def test_grad_norms_missing_on_either_side_leave_the_loss_curve_to_decide() -> None:
+    rng = np.random.default_rng(6)
+    plain = seeds()
+    with_gn = [_with_grad_norms(s, _grad_curve(rng)) for s in plain]
+    loss = np.mean([[p.loss for p in s.loss_curve] for s in plain], axis=0)
+    bare_run = record(loss, 0.80, seed=99)
+    v = calibrated_curve(bare_run, with_gn, PROTOCOL)
+    assert v.passed is True and "run's probe recorded no gradient norm" in v.summary
+    assert "alpha 0.01/6 per block" in v.rule  # one curve: the whole alpha
+    v = calibrated_curve(_with_grad_norms(bare_run, 0.5 * _grad_curve(rng)), plain, PROTOCOL)
+    assert v.passed is True and "re-record the baseline" in v.summary

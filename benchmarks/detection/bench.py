@@ -295,7 +295,8 @@ def main() -> None:
         eff["curve_block"] = block_shift(protocol, base.short_runs, shorts, lambda r: curve_arrays(r.loss_curve))
         eff["grad_norm_block"] = block_shift(protocol, base.short_runs, shorts, grad_norm_series)
         eff["measurable"] = any(abs(v["shift_sd"]) >= MEASURABLE_SD for k, v in eff.items() if isinstance(v, dict))
-        rows.append({"case": case.name, "kind": case.kind, "what": case.what, "trials": trials, "effect": eff})
+        rows.append({"case": case.name, "kind": case.kind, "what": case.what, "trials": trials, "effect": eff,
+                     "held_out": case.held_out})
     elapsed = time.time() - t0
     (work / "results.json").write_text(json.dumps(rows, indent=1, default=str))
     print(report(rows, args, elapsed))
@@ -333,6 +334,7 @@ def report(rows: list[dict], args: argparse.Namespace, elapsed: float) -> str:
                   for key, so in (("final", False), ("fixed", False), ("final", True), ("ladder", False),
                                   ("fixed_ladder", False))]
         mark = "" if r["kind"] != "fault" or e["measurable"] else " (no measurable effect)"
+        mark += ", held out" if r.get("held_out") else ""
         out.append(f"| {r['case']} | {r['kind']}{mark} | {' | '.join(cells)} | {init_flag}/{n} ({init_und}) | "
                    + " | ".join(f"{c}/{n}" for c in counts) + " |")
     out.append("")
@@ -346,6 +348,13 @@ def report(rows: list[dict], args: argparse.Namespace, elapsed: float) -> str:
         mh, mn = rate(rows, True, key, measurable=True)
         out.append(f"- {label}: recall {hit}/{nf} = {hit / nf:.3f} (faults with a measurable effect: "
                    f"{mh}/{mn} = {mh / max(mn, 1):.3f}), false alarm {fa}/{nb} = {fa / nb:.3f}")
+    held = [r for r in rows if r.get("held_out")]
+    if held:
+        for label, key in (("ladder", "ladder"), ("fixed rule + L2", "fixed_ladder")):
+            hit, nf = rate(held, True, key)
+            fa, nb = rate(held, False, key)
+            out.append(f"- held-out cases only, {label}: recall {hit}/{nf} = {hit / max(nf, 1):.3f}, "
+                       f"false alarm {fa}/{nb} = {fa / max(nb, 1):.3f}")
     hit, nf = rate(rows, True, "final", short_only=True)
     fa, nb = rate(rows, False, "final", short_only=True)
     out.append(f"- faults caught from the short run alone (calibrated L1): {hit}/{nf} = {hit / nf:.3f} "

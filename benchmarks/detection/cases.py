@@ -33,6 +33,7 @@ class Case:
     profile: str = "target"  # "target" runs a mutant of the repo; "xla"/"jax" run a port as it is
     port: str | None = None  # examples/classifier/ports/<port>
     edits: list[Edit] = field(default_factory=list)
+    held_out: bool = False  # added after the protocol was frozen; never used to set a threshold
 
 
 PER_SHARD_CLIP = Edit(
@@ -79,6 +80,34 @@ CASES: list[Case] = [
                      "result = evaluate(model, x_train, y_train, device)")]),
     Case("adam_betas", "fault", "Adam betas (0.9, 0.999) (the framework default) instead of (0.9, 0.99)",
          edits=[Edit("train.py", "BETAS = (0.9, 0.99)", "BETAS = (0.9, 0.999)")]),
+]
+
+
+# Held out: written after the last protocol change (the gradient-norm floor, from the first sweep) and run
+# once with the protocol as it stands; their results are reported apart in the README.
+HE_INIT = Edit(
+    "model.py",
+    "        self.dropout = nn.Dropout(dropout)\n",
+    "        self.dropout = nn.Dropout(dropout)\n"
+    "        for layer in (self.fc1, self.fc2, self.head):  # He normal, zero bias\n"
+    "            nn.init.kaiming_normal_(layer.weight, nonlinearity=\"relu\")\n"
+    "            nn.init.zeros_(layer.bias)\n",
+)
+CASES += [
+    Case("init_he_normal", "benign", "another init distribution (He normal, zero bias)", edits=[HE_INIT],
+         held_out=True),
+    Case("eval_batch_256", "benign", "evaluation batch 256 instead of 512 (same items, another summation order)",
+         edits=[Edit("train.py", "EVAL_BATCH = 512", "EVAL_BATCH = 256")], held_out=True),
+    Case("grads_summed", "fault", "the all-reduce sums the shards' gradients instead of averaging them",
+         edits=[Edit("train.py", "torch.stack(per_param).mean(dim=0)", "torch.stack(per_param).sum(dim=0)")],
+         held_out=True),
+    Case("lr_linear_decay", "fault", "linear learning-rate decay instead of cosine",
+         edits=[Edit("train.py", "0.5 * (1.0 + math.cos(math.pi * progress))", "(1.0 - progress)")], held_out=True),
+    Case("eval_dropout_active", "fault", "evaluation with dropout active (model.eval() missing)",
+         edits=[Edit("train.py", "    model.eval()\n", "")], held_out=True),
+    Case("lr_times_shards", "fault", "learning rate multiplied by the 4 shards (a scaling rule applied twice)",
+         edits=[Edit("train.py", 'p.add_argument("--lr", type=float, default=3e-3)',
+                     'p.add_argument("--lr", type=float, default=1.2e-2)')], held_out=True),
 ]
 
 
