@@ -48,7 +48,11 @@ class CalibratedRules(_Section):
     loss_floor_rel: float
     metric_floor_rel: float
     curve_floor_rel: float
-    grad_norm_floor_rel: float
+    loss_margin_rel: float
+    metric_margin_rel: float
+    curve_margin_rel: float
+    grad_norm_margin_rel: float
+    grad_norm_skip_fraction: float
 
 
 class L2Rules(_Section):

@@ -24,6 +24,21 @@ of the points (at least 3, shrinking at the ends), and cut into curve_segments e
 points; each block's mean is one quantity of the rule above (n = curve_segments). The per-step
 envelope (the same rule applied step by step to the smoothed curves) is reported as evidence: where
 the run first leaves it. A non-finite loss in the run fails the loss checks outright: NaN is not noise.
+
+Margins. Each quantity has a margin (a fraction of the seeds' mean, protocol [calibrated] *_margin_rel):
+the band is never narrower than it. A difference must be both beyond the seeds' noise and beyond what
+the protocol calls near; with NCSU that is its own 5% / 1%, so the calibrated rule never flags what the
+fixed rule, given a noise-free reference, would accept.
+
+The gradient-norm curve. The probe records, at each optimizer step, the global norms of the gradient the
+optimizer is handed (after any clipping done before it) and of the parameters. When the run and at
+least two seeds carry them, the curve check judges the scale-free gradient norm ||g|| x ||theta|| too
+(behind a normalisation layer the gradient scales as 1 / the weights' scale, so the product does not
+move with the init distribution's scale), block by block with the same rule, never narrower than
+grad_norm_margin_rel, after its first grad_norm_skip_fraction of steps (the init transient); the check's
+alpha is split between the two curves (n = 2 x curve_segments). It sees the faults an adaptive
+optimizer hides from the loss: Adam divides a constant gradient scale away, so gradients summed
+instead of averaged, or clipped per shard, train almost the same loss curve.
 """
 
 from __future__ import annotations
@@ -124,8 +139,12 @@ class Decision:
 
 
 def decide(value: float, values: list[float], floor_rel: float, rules: "CalibratedRules",
-           n_tests: int = 1) -> Decision:
-    """Judge one quantity against the seeds' values by the module's rule (needs >= 2 finite seeds)."""
+           n_tests: int = 1, margin_rel: float = 0.0) -> Decision:
+    """Judge one quantity against the seeds' values by the module's rule (needs >= 2 finite seeds).
+
+    margin_rel: the smallest difference that counts (a fraction of the seeds' mean): the band is never
+    narrower than it, so a difference the seeds can resolve but the protocol calls near is passed.
+    """
     vals = np.array([v for v in values if math.isfinite(v)], dtype=float)
     k = len(vals)
     if k < 2:
@@ -133,16 +152,17 @@ def decide(value: float, values: list[float], floor_rel: float, rules: "Calibrat
     m = float(vals.mean())
     sd = float(vals.std(ddof=1))
     sd_used = max(sd, floor_rel * abs(m))
-    if sd_used == 0.0:  # all seeds exactly 0 and a zero floor: only an exact match is within noise
+    margin = margin_rel * abs(m)
+    if sd_used == 0.0 and margin == 0.0:  # all seeds exactly 0, no floor, no margin: only an exact match
         ok = value == m
         return Decision(ok, value, m, sd, 0.0, m, m, k, 0.0 if ok else math.inf)
-    half = _crit(k, rules.alpha, n_tests) * sd_used
+    half = max(_crit(k, rules.alpha, n_tests) * sd_used, margin)
     dist = abs(value - m)
     z = dist / half if math.isfinite(value) else math.inf
     if not math.isfinite(value) or dist > half:
         return Decision(False, value, m, sd, sd_used, m - half, m + half, k, z)
     more = 0
-    if k < rules.max_seeds and dist > _crit(rules.max_seeds, rules.alpha, n_tests) * sd_used:
+    if k < rules.max_seeds and dist > max(_crit(rules.max_seeds, rules.alpha, n_tests) * sd_used, margin):
         # Ask for max_seeds, not the fewest seeds that might decide: re-testing a borderline run at every
         # added seed is sequential testing, and inflates false alarms (measured: benchmarks/detection).
         more = rules.max_seeds - k
@@ -180,9 +200,10 @@ class Verdict:
                 "more_seeds": self.more_seeds, "details": self.details, "explain": self.explain()}
 
 
-def _rule_text(rules: "CalibratedRules", floor_rel: float, n_tests: int = 1) -> str:
+def _rule_text(rules: "CalibratedRules", floor_rel: float, n_tests: int = 1, margin_rel: float = 0.0) -> str:
     per = f"alpha {rules.alpha:g}" + (f"/{n_tests} per block" if n_tests > 1 else "")
-    return f"two-sided t prediction band, {per}, sd floor {floor_rel:.2%} of the mean"
+    tail = f", never narrower than +-{margin_rel:.0%}" if margin_rel else ""
+    return f"two-sided t prediction band, {per}, sd floor {floor_rel:.2%} of the mean{tail}"
 
 
 def _too_few(check: str, k: int, rules: "CalibratedRules", why: str) -> Verdict:
@@ -201,15 +222,16 @@ def _finite_curve(run: RunRecord) -> bool:
 
 
 def _from_decision(check: str, d: Decision, rules: "CalibratedRules", floor_rel: float, what: str,
-                   direction: str | None = None, details: dict[str, Any] | None = None) -> Verdict:
+                   direction: str | None = None, details: dict[str, Any] | None = None,
+                   margin_rel: float = 0.0) -> Verdict:
     side = ""
     if direction is not None and d.value != d.mean:
         better = (d.value > d.mean) == (direction == "max")
         side = f", {'better' if better else 'worse'} than the seeds' mean"
     summary = (f"{what} {d.value:.6g} vs seeds' mean {d.mean:.6g} (sd {d.sd:.3g}, used {d.sd_used:.3g}); "
                f"band [{d.lo:.6g}, {d.hi:.6g}], distance {d.z:.2f} band half-widths{side}")
-    return Verdict(check, d.passed, d.value, d.band(), d.seeds, _rule_text(rules, floor_rel), summary,
-                   d.more_seeds, details or {})
+    return Verdict(check, d.passed, d.value, d.band(), d.seeds, _rule_text(rules, floor_rel, margin_rel=margin_rel),
+                   summary, d.more_seeds, details or {})
 
 
 def calibrated_loss_window(run: RunRecord, seeds: list[RunRecord], protocol: "Protocol") -> Verdict:
@@ -225,9 +247,10 @@ def calibrated_loss_window(run: RunRecord, seeds: list[RunRecord], protocol: "Pr
     values = [v for v in (window_mean(s.loss_curve, frac) for s in seeds if _finite_curve(s)) if v is not None]
     if len(values) < 2:
         return _too_few("loss_window", len(values), rules, "fewer than 2 seeds with a finite loss curve")
-    d = decide(mine, values, rules.loss_floor_rel, rules)
+    d = decide(mine, values, rules.loss_floor_rel, rules, margin_rel=rules.loss_margin_rel)
     return _from_decision("loss_window", d, rules, rules.loss_floor_rel,
-                          f"mean loss over the last {frac:.0%}", details={"seed_values": values})
+                          f"mean loss over the last {frac:.0%}", details={"seed_values": values},
+                          margin_rel=rules.loss_margin_rel)
 
 
 def calibrated_metric(run: RunRecord, seeds: list[RunRecord], protocol: "Protocol") -> Verdict:
@@ -239,9 +262,10 @@ def calibrated_metric(run: RunRecord, seeds: list[RunRecord], protocol: "Protoco
     values = [s.metric for s in seeds if s.metric is not None and math.isfinite(s.metric)]
     if len(values) < 2:
         return _too_few("metric", len(values), rules, "fewer than 2 seeds with a finite metric")
-    d = decide(run.metric, values, rules.metric_floor_rel, rules)
+    d = decide(run.metric, values, rules.metric_floor_rel, rules, margin_rel=rules.metric_margin_rel)
     return _from_decision("metric", d, rules, rules.metric_floor_rel, run.metric_name or "metric",
-                          direction=run.metric_direction, details={"seed_values": values})
+                          direction=run.metric_direction, details={"seed_values": values},
+                          margin_rel=rules.metric_margin_rel)
 
 
 def smooth(values: np.ndarray, fraction: float) -> np.ndarray:
@@ -261,14 +285,21 @@ def _on_grid(run: RunRecord, grid: np.ndarray, fraction: float) -> np.ndarray:
     return smooth(np.interp(grid, steps, loss), fraction)
 
 
-def grad_norm_series(run: RunRecord) -> tuple[np.ndarray, np.ndarray] | None:
-    """The probe's gradient norms (step, norm), sorted by step; None when the probe recorded none."""
+def grad_norm_series(run: RunRecord, scale_free: bool = False) -> tuple[np.ndarray, np.ndarray] | None:
+    """The probe's gradient norms (step, norm), sorted by step; None when the probe recorded none.
+
+    scale_free: the gradient norm times the parameter norm, ||g|| * ||theta||: None when the probe recorded
+    no parameter norm. Behind a normalisation layer the gradient scales as 1 / the weights' scale, so
+    this product does not move with the init distribution's scale, which ports change legitimately.
+    """
     gn = (run.probe or {}).get("grad_norms") or {}
     pts = gn.get("values") or []
-    if not pts:
+    if not pts or (scale_free and any(len(p) < 3 for p in pts)):
         return None
     steps = np.array([float(p[0]) for p in pts])
     vals = np.array([float(p[1]) for p in pts])  # "nan"/"inf" were stored as text: float() reads them
+    if scale_free:
+        vals = vals * np.array([float(p[2]) for p in pts])
     order = np.argsort(steps, kind="stable")
     return steps[order], vals[order]
 
@@ -318,12 +349,16 @@ class _CurveJudgement:
 
 
 def _judge_curve(mine_xy: tuple[np.ndarray, np.ndarray], seeds_xy: list[tuple[np.ndarray, np.ndarray]],
-                 rules: "CalibratedRules", floor_rel: float, n_tests: int) -> _CurveJudgement | str:
-    """Block-by-block verdict of one curve against the seeds' curves; a reason string when it cannot judge."""
+                 rules: "CalibratedRules", floor_rel: float, n_tests: int, margin_rel: float = 0.0,
+                 skip_fraction: float = 0.0) -> _CurveJudgement | str:
+    """Block-by-block verdict of one curve against the seeds' curves; a reason string when it cannot judge.
+    skip_fraction: the first part of the seeds' steps is not judged (coverage is counted without it)."""
     nseg = rules.curve_segments
-    lo = max([s[0][0] for s in seeds_xy] + [mine_xy[0][0]])
-    hi = min([s[0][-1] for s in seeds_xy] + [mine_xy[0][-1]])
     base_grid = seeds_xy[0][0]
+    start = base_grid[0] + skip_fraction * (base_grid[-1] - base_grid[0])
+    lo = max([s[0][0] for s in seeds_xy] + [mine_xy[0][0], start])
+    hi = min([s[0][-1] for s in seeds_xy] + [mine_xy[0][-1]])
+    base_grid = base_grid[base_grid >= start]
     grid = base_grid[(base_grid >= lo) & (base_grid <= hi)]
     if len(grid) < nseg:
         return f"the run and the seeds share {len(grid)} logged steps, fewer than {nseg} blocks"
@@ -333,7 +368,7 @@ def _judge_curve(mine_xy: tuple[np.ndarray, np.ndarray], seeds_xy: list[tuple[np
     mine = smooth(np.interp(grid, *mine_xy), frac)
     blocks = np.array_split(np.arange(len(grid)), nseg)
     decisions = [decide(float(mine[b].mean()), [float(c[b].mean()) for c in seed_curves], floor_rel, rules,
-                        n_tests=n_tests) for b in blocks]
+                        n_tests=n_tests, margin_rel=margin_rel) for b in blocks]
     if any(d.passed is False for d in decisions):
         passed: bool | None = False
         more = 0
@@ -345,15 +380,18 @@ def _judge_curve(mine_xy: tuple[np.ndarray, np.ndarray], seeds_xy: list[tuple[np
         passed = False  # a run that stops early has not reproduced the curve, however close its start
     k = len(seeds_xy)
     mean, sd = seed_curves.mean(axis=0), seed_curves.std(axis=0, ddof=1)
-    half = _crit(k, rules.alpha, n_tests) * np.maximum(sd, floor_rel * np.abs(mean))
+    half = np.maximum(_crit(k, rules.alpha, n_tests) * np.maximum(sd, floor_rel * np.abs(mean)),
+                      margin_rel * np.abs(mean))
     return _CurveJudgement(passed, more, decisions, grid, blocks, mean, half, mine, coverage, k)
 
 
 def _grad_norm_part(run: RunRecord, seeds: list[RunRecord], rules: "CalibratedRules",
                     n_tests: int) -> _CurveJudgement | str:
-    mine = grad_norm_series(run)
-    theirs = [x for x in (grad_norm_series(s) for s in seeds) if x is not None and np.isfinite(x[1]).all()
-              and len(x[0]) >= rules.curve_segments]
+    scale_free = grad_norm_series(run, True) is not None and all(grad_norm_series(s, True) is not None
+                                                                  for s in seeds if grad_norm_series(s) is not None)
+    mine = grad_norm_series(run, scale_free)
+    theirs = [x for x in (grad_norm_series(s, scale_free) for s in seeds) if x is not None
+              and np.isfinite(x[1]).all() and len(x[0]) >= rules.curve_segments]
     if len(theirs) < 2:
         return "not compared: fewer than 2 baseline seeds carry gradient norms (re-record the baseline)"
     if mine is None:
@@ -362,7 +400,14 @@ def _grad_norm_part(run: RunRecord, seeds: list[RunRecord], rules: "CalibratedRu
     bad = np.nonzero(~np.isfinite(mine[1]))[0]
     if len(bad):
         return f"non-finite gradient norm at step {int(mine[0][bad[0]])} ({len(bad)} such steps)"
-    return _judge_curve(mine, theirs, rules, rules.grad_norm_floor_rel, n_tests)
+    return _judge_curve(mine, theirs, rules, rules.curve_floor_rel, n_tests, margin_rel=rules.grad_norm_margin_rel,
+                        skip_fraction=rules.grad_norm_skip_fraction)
+
+
+def _grad_norm_label(run: RunRecord, seeds: list[RunRecord]) -> str:
+    scale_free = grad_norm_series(run, True) is not None and all(grad_norm_series(s, True) is not None
+                                                                  for s in seeds if grad_norm_series(s) is not None)
+    return "scale-free gradient-norm curve (||g|| x ||theta||)" if scale_free else "gradient-norm curve"
 
 
 def calibrated_curve(run: RunRecord, seeds: list[RunRecord], protocol: "Protocol") -> Verdict:
@@ -384,7 +429,7 @@ def calibrated_curve(run: RunRecord, seeds: list[RunRecord], protocol: "Protocol
     both = grad_norm_series(run) is not None and sum(grad_norm_series(s) is not None for s in usable) >= 2
     n_tests = nseg * (2 if both else 1)
     loss = _judge_curve(curve_arrays(run.loss_curve), [curve_arrays(s.loss_curve) for s in usable], rules,
-                        rules.curve_floor_rel, n_tests)
+                        rules.curve_floor_rel, n_tests, margin_rel=rules.curve_margin_rel)
     if isinstance(loss, str):
         return Verdict("curve", False, None, {}, len(usable), "no overlap", loss)
     gn = _grad_norm_part(run, usable, rules, n_tests)
@@ -396,17 +441,20 @@ def calibrated_curve(run: RunRecord, seeds: list[RunRecord], protocol: "Protocol
         passed, more = None, max(p.more for p in parts if p.passed is None)
     else:
         passed, more = True, 0
-    summary = loss.summary("loss curve") + " || " + (gn.summary("gradient-norm curve") if isinstance(gn, _CurveJudgement)
+    label = _grad_norm_label(run, usable)
+    summary = loss.summary("loss curve") + " || " + (gn.summary(label) if isinstance(gn, _CurveJudgement)
                                                     else f"gradient-norm curve: {gn}")
     measured = loss.measured()
     details: dict[str, Any] = {}
     if isinstance(gn, _CurveJudgement):
         measured["grad_norm"] = gn.measured()
-        details["grad_norm"] = {"passed": gn.passed, "band": gn.band(), "floor_rel": rules.grad_norm_floor_rel,
+        details["grad_norm"] = {"passed": gn.passed, "band": gn.band(), "what": label,
+                                "margin_rel": rules.grad_norm_margin_rel, "skip_fraction": rules.grad_norm_skip_fraction,
                                 "source": ((run.probe or {}).get("grad_norms") or {}).get("source")}
     else:
         details["grad_norm"] = {"passed": False if gn.startswith("non-finite") else None, "why": gn}
-    rule = (_rule_text(rules, rules.curve_floor_rel, n_tests) + f", {nseg} blocks per curve after a "
-            f"{rules.smoothing_fraction:.0%} moving average"
-            + (f"; gradient-norm sd floor {rules.grad_norm_floor_rel:.0%}" if isinstance(gn, _CurveJudgement) else ""))
+    rule = (_rule_text(rules, rules.curve_floor_rel, n_tests, rules.curve_margin_rel) + f", {nseg} blocks per "
+            f"curve after a {rules.smoothing_fraction:.0%} moving average"
+            + (f"; gradient norms: never narrower than +-{rules.grad_norm_margin_rel:.0%}, the first "
+               f"{rules.grad_norm_skip_fraction:.0%} of steps not judged" if isinstance(gn, _CurveJudgement) else ""))
     return Verdict("curve", passed, measured, loss.band(), len(usable), rule, summary, more, details)

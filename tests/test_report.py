@@ -54,7 +54,7 @@ def test_html_is_self_contained_with_plots_and_a_markdown_twin(report) -> None:
     assert not re.search(r"""(src|href)=["']?(https?:|//|file:)""", html), "the report must need no other file"
     assert "<script" not in html
     pngs = re.findall(r'src="data:image/png;base64,([^"]+)"', html)
-    assert len(pngs) == 2  # short-run loss curves, metric per attempt (no full runs in this migration)
+    assert len(pngs) == 3  # short-run loss curves and gradient norms, metric per attempt (no full runs here)
     for b64 in pngs:
         img = mpimg.imread(io.BytesIO(base64.b64decode(b64)), format="png")
         assert img.shape[1] > 800 and float(np.std(img[..., :3])) > 0.05
@@ -64,7 +64,7 @@ def test_html_is_self_contained_with_plots_and_a_markdown_twin(report) -> None:
         assert text in md, text
     assert "67% (2/3)" in html and "50% (1/2)" in html and "verified" in html
     assert (a.attempts, a.overclaims, a.failures, a.silent_failures) == (3, 2, 2, 1)
-    for title in ("loss-curves--short-runs", "acc-per-attempt--short-runs"):
+    for title in ("loss-curves--short-runs", "gradient-norms--short-runs", "acc-per-attempt--short-runs"):
         assert (html_path.parent / f"report-{title}.png").is_file() and f"report-{title}.png" in md
 
 

@@ -213,9 +213,10 @@ def effects(base: Baseline, protocol, trials: list[dict]) -> dict:
     return out
 
 
-def block_shift(protocol, seeds: list[RunRecord], runs: list[RunRecord], series) -> dict:
+def block_shift(protocol, seeds: list[RunRecord], runs: list[RunRecord], series, skip: float = 0.0) -> dict:
     """The largest mean shift of a curve block (the calibrated curve check's blocks), in seed sds and in %.
-    `series(run)` gives (steps, values); blocks are cut on the first seed's steps, as the check cuts them."""
+    `series(run)` gives (steps, values); blocks are cut on the first seed's steps after the first `skip`
+    of them, as the check cuts them."""
     import numpy as np
 
     from ladder.stats import smooth
@@ -225,6 +226,7 @@ def block_shift(protocol, seeds: list[RunRecord], runs: list[RunRecord], series)
     if any(x is None for x in xy + mine_xy):
         return {"shift_sd": float("nan"), "shift_rel": float("nan")}
     grid = xy[0][0]
+    grid = grid[grid >= grid[0] + skip * (grid[-1] - grid[0])]
     blocks = np.array_split(np.arange(len(grid)), protocol.calibrated.curve_segments)
     frac = protocol.calibrated.smoothing_fraction
     per = lambda pts: [[c[b].mean() for b in blocks] for c in (smooth(np.interp(grid, x, y), frac) for x, y in pts)]  # noqa: E731
@@ -293,7 +295,8 @@ def main() -> None:
         eff = effects(base, protocol, trials)
         shorts = [records[(case.name, 100 + i, "short")] for i in range(args.trials)]
         eff["curve_block"] = block_shift(protocol, base.short_runs, shorts, lambda r: curve_arrays(r.loss_curve))
-        eff["grad_norm_block"] = block_shift(protocol, base.short_runs, shorts, grad_norm_series)
+        eff["grad_norm_block"] = block_shift(protocol, base.short_runs, shorts, lambda r: grad_norm_series(r, True),
+                                             skip=protocol.calibrated.grad_norm_skip_fraction)
         eff["measurable"] = any(abs(v["shift_sd"]) >= MEASURABLE_SD for k, v in eff.items() if isinstance(v, dict))
         rows.append({"case": case.name, "kind": case.kind, "what": case.what, "trials": trials, "effect": eff,
                      "held_out": case.held_out})
@@ -315,8 +318,8 @@ def report(rows: list[dict], args: argparse.Namespace, elapsed: float) -> str:
            f"verdict starts from {args.seeds} seeds and adds the seeds it asks for; wall {elapsed / 60:.1f} min.",
            "",
            "Effects: mean shift over the case's trials from the mean of all baseline seeds, in baseline seed sds "
-           "(and %); 'curve' and 'grad norm' = the block of the short run's smoothed loss / gradient-norm curve "
-           f"with the largest shift. Flag counts are trials out of {n}; a trial is flagged when a check on its "
+           "(and %); 'curve' and 'grad norm' = the block of the short run's smoothed loss / scale-free gradient-norm "
+           f"curve (the judged steps) with the largest shift. Flag counts are trials out of {n}; a trial is flagged when a check on its "
            "short run (L1) or full run (L1, L3) does not pass; '+ L2' adds L2's probe checks on both runs.",
            "",
            "| case | kind | test_acc short | loss window short | curve block | grad-norm block | loss window full "
@@ -334,7 +337,7 @@ def report(rows: list[dict], args: argparse.Namespace, elapsed: float) -> str:
                   for key, so in (("final", False), ("fixed", False), ("final", True), ("ladder", False),
                                   ("fixed_ladder", False))]
         mark = "" if r["kind"] != "fault" or e["measurable"] else " (no measurable effect)"
-        mark += ", held out" if r.get("held_out") else ""
+        mark += f", held out {r['held_out']}" if r.get("held_out") else ""
         out.append(f"| {r['case']} | {r['kind']}{mark} | {' | '.join(cells)} | {init_flag}/{n} ({init_und}) | "
                    + " | ".join(f"{c}/{n}" for c in counts) + " |")
     out.append("")
@@ -348,12 +351,15 @@ def report(rows: list[dict], args: argparse.Namespace, elapsed: float) -> str:
         mh, mn = rate(rows, True, key, measurable=True)
         out.append(f"- {label}: recall {hit}/{nf} = {hit / nf:.3f} (faults with a measurable effect: "
                    f"{mh}/{mn} = {mh / max(mn, 1):.3f}), false alarm {fa}/{nb} = {fa / nb:.3f}")
-    held = [r for r in rows if r.get("held_out")]
-    if held:
+    for which, what in ((0, "the suite the protocol was set on"), (1, "held-out set 1 (spent)"),
+                        (2, "held-out set 2 (first run)")):
+        part = [r for r in rows if r.get("held_out", 0) == which]
+        if not part:
+            continue
         for label, key in (("ladder", "ladder"), ("fixed rule + L2", "fixed_ladder")):
-            hit, nf = rate(held, True, key)
-            fa, nb = rate(held, False, key)
-            out.append(f"- held-out cases only, {label}: recall {hit}/{nf} = {hit / max(nf, 1):.3f}, "
+            hit, nf = rate(part, True, key)
+            fa, nb = rate(part, False, key)
+            out.append(f"- {what}, {label}: recall {hit}/{nf} = {hit / max(nf, 1):.3f}, "
                        f"false alarm {fa}/{nb} = {fa / max(nb, 1):.3f}")
     hit, nf = rate(rows, True, "final", short_only=True)
     fa, nb = rate(rows, False, "final", short_only=True)

@@ -268,10 +268,11 @@ def _kept(step: int) -> bool:
 
 
 # ---------------------------------------------------------------- gradient norms
-# The global L2 norm of the gradient the optimizer is handed (torch: at optimizer.step, so after any
-# clipping or unscaling the program did first; optax: the input of the first optimizer transformation
-# built, so after a clip placed before it in a chain). Torch values stay on the device until exit: no
-# host round-trip during training. Only the first optimizer's series is kept.
+# The global L2 norms of the gradient the optimizer is handed and of the parameters it updates (torch: at
+# optimizer.step, so after any clipping or unscaling the program did first; optax: the input of the first
+# optimizer transformation built, so after a clip placed before it in a chain). Torch values stay on the
+# device until exit: no host round-trip during training. Only the first optimizer's series is kept;
+# each point is [step, grad norm, param norm].
 
 _grad_norms_on = True
 _MAX_GRAD_NORMS = 5000
@@ -287,17 +288,22 @@ def _torch_grad_norm(optimizer, step: int) -> None:
     if not grads or any(g.is_sparse for g in grads) or len(_gn["values"]) >= _MAX_GRAD_NORMS:
         return
     _gn["owner"], _gn["source"] = id(optimizer), "torch optimizer.step"
+    params = [p for g in optimizer.param_groups for p in g["params"] if getattr(p, "grad", None) is not None]
     with torch.no_grad():
         dev = grads[0].device
         if dev.type in ("cpu", "cuda") and all(g.device == dev for g in grads):
             norms = torch._foreach_norm([g.detach() for g in grads])  # one fused kernel on CUDA
             total = torch.linalg.vector_norm(torch.stack([n.float() for n in norms]))
+            pn = torch._foreach_norm([p.detach() for p in params])
+            ptotal = torch.linalg.vector_norm(torch.stack([n.float() for n in pn]))
         else:  # XLA (basic ops only: nothing that could fall back to the CPU) or grads on several devices
             total = torch.sqrt(sum((g.detach().float() ** 2).sum().to(dev) for g in grads))
+            ptotal = torch.sqrt(sum((p.detach().float() ** 2).sum().to(dev) for p in params))
     _gn["values"].append((step, total))
+    _gn.setdefault("pvalues", []).append(ptotal)
 
 
-def _optax_grad_norm(value) -> None:
+def _optax_grad_norm(value, pvalue=None) -> None:
     global _quiet
     try:
         _gn["calls"] = n = _gn.get("calls", 0) + 1
@@ -305,6 +311,8 @@ def _optax_grad_norm(value) -> None:
             _quiet = True
             try:
                 _gn["values"].append((n, float(value)))
+                if pvalue is not None:
+                    _gn.setdefault("pvalues", []).append(float(pvalue))
             finally:
                 _quiet = False
     except Exception as e:
@@ -317,7 +325,10 @@ def _wrap_optax_update(tx, name: str):
 
     def wrapped_update(updates, state, params=None, *args, **kwargs):
         try:
-            jax.debug.callback(_optax_grad_norm, optax.global_norm(updates))
+            if params is None:
+                jax.debug.callback(_optax_grad_norm, optax.global_norm(updates))
+            else:
+                jax.debug.callback(_optax_grad_norm, optax.global_norm(updates), optax.global_norm(params))
         except Exception as e:
             record_error("optax grad norm", e)
         return update(updates, state, params, *args, **kwargs)
@@ -340,9 +351,13 @@ def _collect_grad_norms() -> None:
         if tensors and torch is not None and tensors[0].device.type != "xla":
             floats = iter(torch.stack([t.to(tensors[0].device) for t in tensors]).cpu().tolist())
             vals = [(s, v if isinstance(v, float) else next(floats)) for s, v in vals]
-        for s, v in vals:
+        pv = _gn.get("pvalues") or []
+        if pv and not isinstance(pv[0], float):
+            pv = torch.stack([t.to(pv[0].device) for t in pv]).cpu().tolist() if pv[0].device.type != "xla" \
+                else [float(t) for t in pv]
+        for i, (s, v) in enumerate(vals):
             f = float(v)
-            out.append([s, f if math.isfinite(f) else repr(f)])
+            out.append([s, f if math.isfinite(f) else repr(f)] + ([pv[i]] if i < len(pv) else []))
         _state["grad_norms"] = {"source": _gn["source"], "values": out}
     finally:
         _quiet = False
@@ -663,7 +678,7 @@ def _after_fork_in_child() -> None:
     _reset_state()
     _optimizers.clear()
     _last_cfg.clear()
-    _gn.update(owner=None, values=[], source=None, calls=0)
+    _gn.update(owner=None, values=[], pvalues=[], source=None, calls=0)
     global _finalised
     _finalised = False
 

@@ -6,6 +6,7 @@ Pure drawing: the data comes in as run records and numbers; nothing here reads t
 from __future__ import annotations
 
 import io
+from typing import Callable
 
 import matplotlib
 
@@ -16,6 +17,12 @@ import numpy as np  # noqa: E402
 
 from ladder.compare import curve_arrays  # noqa: E402
 from ladder.records import RunRecord  # noqa: E402
+
+Series = Callable[[RunRecord], "tuple[np.ndarray, np.ndarray] | None"]
+
+
+def loss_series(r: RunRecord) -> tuple[np.ndarray, np.ndarray] | None:
+    return curve_arrays(r.loss_curve) if r.loss_curve else None
 
 BASELINE_COLOR = "#444444"
 PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2", "#bcbd22"]
@@ -37,9 +44,11 @@ def _finite(steps: np.ndarray, loss: np.ndarray) -> tuple[np.ndarray, np.ndarray
     return steps[ok], loss[ok]
 
 
-def seed_band(runs: list[RunRecord]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
-    """Steps, min, mean, max of the seeds' losses over the steps they all cover (None for < 2 seeds)."""
-    curves = [_finite(*curve_arrays(r.loss_curve)) for r in runs if r.loss_curve]
+def seed_band(runs: list[RunRecord], series: Series = loss_series
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """Steps, min, mean, max of the seeds' curves (losses by default) over the steps they all cover
+    (None for < 2 seeds)."""
+    curves = [_finite(*xy) for xy in map(series, runs) if xy is not None]
     curves = [c for c in curves if len(c[0]) >= 2]
     if len(curves) < 2:
         return None
@@ -52,13 +61,13 @@ def seed_band(runs: list[RunRecord]) -> tuple[np.ndarray, np.ndarray, np.ndarray
 
 
 def loss_curves_png(baseline: list[RunRecord], attempts: list[tuple[str, int, list[RunRecord]]],
-                    title: str) -> bytes:
+                    title: str, series: Series = loss_series, ylabel: str = "loss") -> bytes:
     """Every attempt's runs over the baseline; the baseline's seed band is shaded when it has several seeds.
 
-    attempts: (label, colour index, runs) per attempt.
+    attempts: (label, colour index, runs) per attempt. `series` picks the curve (the loss by default).
     """
     fig, ax = plt.subplots(figsize=(10, 4.6))
-    band = seed_band(baseline)
+    band = seed_band(baseline, series)
     if band is not None:
         steps, lo, mean, hi = band
         ax.fill_between(steps, lo, hi, color=BASELINE_COLOR, alpha=0.22, lw=0,
@@ -66,15 +75,17 @@ def loss_curves_png(baseline: list[RunRecord], attempts: list[tuple[str, int, li
         ax.plot(steps, mean, color=BASELINE_COLOR, lw=2.2, label="baseline mean")
     else:
         for r in baseline:
-            ax.plot(*_finite(*curve_arrays(r.loss_curve)), color=BASELINE_COLOR, lw=2.2,
-                    label=f"baseline (seed {r.seed})")
+            if (xy := series(r)) is not None:
+                ax.plot(*_finite(*xy), color=BASELINE_COLOR, lw=2.2, label=f"baseline (seed {r.seed})")
     for label, ci, runs in attempts:
         for k, r in enumerate(runs):
-            s, v = _finite(*curve_arrays(r.loss_curve))
+            if (xy := series(r)) is None:
+                continue
+            s, v = _finite(*xy)
             if len(s):
                 ax.plot(s, v, color=attempt_color(ci), lw=1.3, alpha=0.9, label=label if k == 0 else None)
     ax.set_xlabel("step")
-    ax.set_ylabel("loss")
+    ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, ncol=2, loc="upper right")

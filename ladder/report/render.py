@@ -16,6 +16,7 @@ from ladder.journal.entries import CheckEntry
 from ladder.records import level_index
 from ladder.report.build import ReportData
 from ladder.report.plots import attempt_color, loss_curves_png, metric_png
+from ladder.stats import grad_norm_series
 
 STATUS_MARK = {"passed": "pass", "failed": "FAIL", "not_checked": "not checked", "undecided": "undecided"}
 
@@ -89,6 +90,10 @@ def figures(d: ReportData) -> list[tuple[str, bytes]]:
         if base or per_attempt:
             figs.append((f"loss curves, {kind} runs",
                          loss_curves_png(base, per_attempt, f"loss, {kind} runs: every attempt over the baseline")))
+        if kind == "short" and any(grad_norm_series(r) is not None for r in base + [r for p in per_attempt for r in p[2]]):
+            figs.append(("gradient norms, short runs",
+                         loss_curves_png(base, per_attempt, "norm of the gradient the optimizer receives, short runs",
+                                         series=grad_norm_series, ylabel="gradient norm")))
     metrics = [(a.number, i, [d.runs[r.run_dir].metric for r in a.runs
                               if r.run_dir in d.runs and d.runs[r.run_dir].kind == "short"
                               and d.runs[r.run_dir].metric is not None])
