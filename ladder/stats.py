@@ -348,6 +348,15 @@ class _CurveJudgement:
                 "first_step_outside": self.first_out, "steps_outside": outside, "coverage": self.coverage}
 
 
+def _combine(parts: list[tuple[bool | None, int]]) -> tuple[bool | None, int]:
+    """(passed, more seeds) of several decisions: any failure fails; else any undecided is undecided."""
+    if any(p is False for p, _ in parts):
+        return False, 0
+    if any(p is None for p, _ in parts):
+        return None, max(m for p, m in parts if p is None)
+    return True, 0
+
+
 def _judge_curve(mine_xy: tuple[np.ndarray, np.ndarray], seeds_xy: list[tuple[np.ndarray, np.ndarray]],
                  rules: "CalibratedRules", floor_rel: float, n_tests: int, margin_rel: float = 0.0,
                  skip_fraction: float = 0.0) -> _CurveJudgement | str:
@@ -369,13 +378,7 @@ def _judge_curve(mine_xy: tuple[np.ndarray, np.ndarray], seeds_xy: list[tuple[np
     blocks = np.array_split(np.arange(len(grid)), nseg)
     decisions = [decide(float(mine[b].mean()), [float(c[b].mean()) for c in seed_curves], floor_rel, rules,
                         n_tests=n_tests, margin_rel=margin_rel) for b in blocks]
-    if any(d.passed is False for d in decisions):
-        passed: bool | None = False
-        more = 0
-    elif any(d.passed is None for d in decisions):
-        passed, more = None, max(d.more_seeds for d in decisions if d.passed is None)
-    else:
-        passed, more = True, 0
+    passed, more = _combine([(d.passed, d.more_seeds) for d in decisions])
     if coverage < 1.0 - 1e-9 and passed:
         passed = False  # a run that stops early has not reproduced the curve, however close its start
     k = len(seeds_xy)
@@ -385,10 +388,15 @@ def _judge_curve(mine_xy: tuple[np.ndarray, np.ndarray], seeds_xy: list[tuple[np
     return _CurveJudgement(passed, more, decisions, grid, blocks, mean, half, mine, coverage, k)
 
 
+def _scale_free(run: RunRecord, seeds: list[RunRecord]) -> bool:
+    """Judge ||g|| x ||theta|| when the run and every seed with gradient norms also carry parameter norms."""
+    return grad_norm_series(run, True) is not None and all(grad_norm_series(s, True) is not None
+                                                           for s in seeds if grad_norm_series(s) is not None)
+
+
 def _grad_norm_part(run: RunRecord, seeds: list[RunRecord], rules: "CalibratedRules",
                     n_tests: int) -> _CurveJudgement | str:
-    scale_free = grad_norm_series(run, True) is not None and all(grad_norm_series(s, True) is not None
-                                                                  for s in seeds if grad_norm_series(s) is not None)
+    scale_free = _scale_free(run, seeds)
     mine = grad_norm_series(run, scale_free)
     theirs = [x for x in (grad_norm_series(s, scale_free) for s in seeds) if x is not None
               and np.isfinite(x[1]).all() and len(x[0]) >= rules.curve_segments]
@@ -405,9 +413,7 @@ def _grad_norm_part(run: RunRecord, seeds: list[RunRecord], rules: "CalibratedRu
 
 
 def _grad_norm_label(run: RunRecord, seeds: list[RunRecord]) -> str:
-    scale_free = grad_norm_series(run, True) is not None and all(grad_norm_series(s, True) is not None
-                                                                  for s in seeds if grad_norm_series(s) is not None)
-    return "scale-free gradient-norm curve (||g|| x ||theta||)" if scale_free else "gradient-norm curve"
+    return "scale-free gradient-norm curve (||g|| x ||theta||)" if _scale_free(run, seeds) else "gradient-norm curve"
 
 
 def calibrated_curve(run: RunRecord, seeds: list[RunRecord], protocol: "Protocol") -> Verdict:
@@ -433,14 +439,9 @@ def calibrated_curve(run: RunRecord, seeds: list[RunRecord], protocol: "Protocol
     if isinstance(loss, str):
         return Verdict("curve", False, None, {}, len(usable), "no overlap", loss)
     gn = _grad_norm_part(run, usable, rules, n_tests)
-    parts = [loss] + ([gn] if isinstance(gn, _CurveJudgement) else [])
-    if any(p.passed is False for p in parts) or (isinstance(gn, str) and gn.startswith("non-finite")):
-        passed: bool | None = False
-        more = 0
-    elif any(p.passed is None for p in parts):
-        passed, more = None, max(p.more for p in parts if p.passed is None)
-    else:
-        passed, more = True, 0
+    parts = [(loss.passed, loss.more)] + ([(gn.passed, gn.more)] if isinstance(gn, _CurveJudgement) else
+                                          [(False, 0)] if gn.startswith("non-finite") else [])
+    passed, more = _combine(parts)
     label = _grad_norm_label(run, usable)
     summary = loss.summary("loss curve") + " || " + (gn.summary(label) if isinstance(gn, _CurveJudgement)
                                                     else f"gradient-norm curve: {gn}")

@@ -183,15 +183,17 @@ def test_torch_grad_norms_are_those_the_optimizer_receives(tmp_path) -> None:
             opt.zero_grad()
             (m(torch.randn(8, 4)) ** 2).sum().backward()
             torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0 if i % 2 else 1e6)
-            print(float(torch.sqrt(sum((p.grad ** 2).sum() for p in m.parameters()))))
+            print(float(torch.sqrt(sum((p.grad ** 2).sum() for p in m.parameters()))),
+                  float(torch.sqrt(sum((p ** 2).sum() for p in m.parameters()))))
             opt.step()
     """)
     p = _run(sys.executable, code, tmp_path)
     assert p.returncode == 0, p.stderr
-    printed = [float(x) for x in p.stdout.split()]
+    printed = [[float(x) for x in line.split()] for line in p.stdout.splitlines()]
     got = _grad_norms(tmp_path)
-    assert [s for s, _ in got] == [1, 2, 3, 4, 5, 6]
-    assert [v for _, v in got] == pytest.approx(printed, rel=1e-5)
+    assert [s for s, _, _ in got] == [1, 2, 3, 4, 5, 6]
+    assert [g for _, g, _ in got] == pytest.approx([g for g, _ in printed], rel=1e-5)
+    assert [w for _, _, w in got] == pytest.approx([w for _, w in printed], rel=1e-5)  # before the step
     assert got[1][1] == pytest.approx(1.0, rel=1e-5) and got[0][1] > 1.5  # clipped, and not
     assert merge_reports(tmp_path / "probe")["grad_norms"]["source"] == "torch optimizer.step"
 
@@ -214,17 +216,19 @@ def test_optax_grad_norms_are_the_clipped_input_of_the_optimizer(tmp_path, jax_p
         def step(p, s, x):
             g = jax.grad(loss)(p, x)
             u, s = tx.update(g, s, p)
-            return optax.apply_updates(p, u), s, optax.global_norm(g)
+            return optax.apply_updates(p, u), s, optax.global_norm(g), optax.global_norm(p)
         for i in range(5):
             x = jax.random.normal(jax.random.PRNGKey(i), (8, 4)) * (0.01 if i % 2 else 1.0)
-            params, state, n = step(params, state, x)
-            print(float(n))
+            params, state, n, w = step(params, state, x)
+            print(float(n), float(w))
     """)
     p = _run(jax_python, code, tmp_path)
     assert p.returncode == 0, p.stderr
-    raw = [float(x) for x in p.stdout.split()]
+    printed = [[float(x) for x in line.split()] for line in p.stdout.splitlines()]
+    raw = [g for g, _ in printed]
     got = _grad_norms(tmp_path)
-    assert [s for s, _ in got] == [1, 2, 3, 4, 5]
-    assert [v for _, v in got] == pytest.approx([min(r, 1.0) for r in raw], rel=1e-4)
+    assert [s for s, _, _ in got] == [1, 2, 3, 4, 5]
+    assert [g for _, g, _ in got] == pytest.approx([min(r, 1.0) for r in raw], rel=1e-4)
+    assert [w for _, _, w in got] == pytest.approx([w for _, w in printed], rel=1e-4)
     assert any(r > 1.0 for r in raw) and any(r < 1.0 for r in raw)  # both sides of the clip happened
     assert merge_reports(tmp_path / "probe")["grad_norms"]["source"] == "optax.adam update"

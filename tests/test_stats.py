@@ -207,3 +207,39 @@ def test_grad_norms_missing_on_either_side_leave_the_loss_curve_to_decide() -> N
     assert "alpha 0.01/6 per block" in v.rule  # one curve: the whole alpha
     v = calibrated_curve(_with_grad_norms(bare_run, 0.5 * _grad_curve(rng)), plain, PROTOCOL)
     assert v.passed is True and "re-record the baseline" in v.summary
+
+
+def test_margin_passes_a_resolved_but_small_difference_and_xstack_has_none() -> None:
+    rng = np.random.default_rng(8)
+    quiet = [record(_base_curve() + rng.normal(0, 0.001, len(STEPS)), 0.80 + rng.normal(0, 0.0005), seed=i)
+             for i in range(10)]  # seeds that agree to 0.1%
+    loss = np.mean([[p.loss for p in s.loss_curve] for s in quiet], axis=0)
+    shifted = record(loss * 1.03, 0.80, seed=99)  # +3%: far outside the seeds' noise, inside NCSU's 5%
+    v = calibrated_loss_window(shifted, quiet, PROTOCOL)
+    assert v.passed is True and "never narrower than +-5%" in v.rule, v.explain()
+    assert calibrated_curve(shifted, quiet, PROTOCOL).passed is True
+    xstack = load_protocol("xstack")  # bars from the seeds' spread alone
+    assert calibrated_loss_window(shifted, quiet, xstack).passed is False
+    assert calibrated_loss_window(record(loss * 1.06, 0.80, seed=99), quiet, PROTOCOL).passed is False
+
+
+def _with_norms(run: RunRecord, grads: np.ndarray, params: np.ndarray) -> RunRecord:
+    vals = [[i + 1, float(g), float(w)] for i, (g, w) in enumerate(zip(grads, params))]
+    return run.model_copy(update={"probe": {"grad_norms": {"source": "torch optimizer.step", "values": vals}}})
+
+
+def test_scale_free_gradient_norm_ignores_the_weights_scale_not_the_gradients() -> None:
+    # Behind a normalisation layer, weights 1.6x larger give gradients 1.6x smaller: ||g|| x ||theta|| stays.
+    rng = np.random.default_rng(9)
+    base = [_with_norms(s, _grad_curve(rng), np.full(300, 20.0)) for s in seeds()]
+    loss = np.mean([[p.loss for p in s.loss_curve] for s in base], axis=0)
+    other_init = _with_norms(record(loss, 0.80, seed=99), _grad_curve(rng) / 1.6, np.full(300, 32.0))
+    v = calibrated_curve(other_init, base, PROTOCOL)
+    assert v.passed is True and "scale-free gradient-norm curve" in v.summary, v.explain()
+    summed = _with_norms(record(loss, 0.80, seed=99), 1.6 * _grad_curve(rng), np.full(300, 20.0))
+    assert calibrated_curve(summed, base, PROTOCOL).passed is False
+    # the first 20% of steps (the init transient) is not judged
+    transient = _grad_curve(rng)
+    transient[:50] *= 3.0
+    v = calibrated_curve(_with_norms(record(loss, 0.80, seed=99), transient, np.full(300, 20.0)), base, PROTOCOL)
+    assert v.passed is True and v.details["grad_norm"]["band"]["steps"][0] > 0.2 * 300
