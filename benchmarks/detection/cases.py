@@ -44,14 +44,15 @@ PER_SHARD_CLIP = Edit(
     "        grads.append([t * torch.clamp(CLIP_NORM / (norm + 1e-6), max=1.0) for t in g])\n",
 )
 NO_GLOBAL_CLIP = Edit("train.py", "        nn.utils.clip_grad_norm_(model.parameters(), CLIP_NORM)\n", "")
-LECUN_INIT = Edit(
-    "model.py",
-    "        self.dropout = nn.Dropout(dropout)\n",
-    "        self.dropout = nn.Dropout(dropout)\n"
-    "        for layer in (self.fc1, self.fc2, self.head):  # flax's default: lecun_normal, zero bias\n"
-    "            nn.init.trunc_normal_(layer.weight, std=layer.in_features ** -0.5)\n"
-    "            nn.init.zeros_(layer.bias)\n",
-)
+def init_edit(what: str, weight_init: str) -> Edit:
+    """Re-initialise every Linear of the MLP: `weight_init` on its weight, zero bias."""
+    line = "        self.dropout = nn.Dropout(dropout)\n"
+    return Edit("model.py", line, line + f"        for layer in (self.fc1, self.fc2, self.head):  # {what}, zero bias\n"
+                f"            {weight_init}\n            nn.init.zeros_(layer.bias)\n")
+
+
+LECUN_INIT = init_edit("flax's default: lecun_normal",
+                       "nn.init.trunc_normal_(layer.weight, std=layer.in_features ** -0.5)")
 
 CASES: list[Case] = [
     Case("repo_other_seed", "faithful", "the unmodified repo at seeds the baseline never saw"),
@@ -86,14 +87,7 @@ CASES: list[Case] = [
 # Held-out set 1: written after the gradient-norm floor was set from the first sweep, run once with that
 # protocol. It then motivated two changes (margins, the scale-free gradient norm), so it is spent.
 # Held-out set 2: written after those changes, before any run of it.
-HE_INIT = Edit(
-    "model.py",
-    "        self.dropout = nn.Dropout(dropout)\n",
-    "        self.dropout = nn.Dropout(dropout)\n"
-    "        for layer in (self.fc1, self.fc2, self.head):  # He normal, zero bias\n"
-    "            nn.init.kaiming_normal_(layer.weight, nonlinearity=\"relu\")\n"
-    "            nn.init.zeros_(layer.bias)\n",
-)
+HE_INIT = init_edit("He normal", 'nn.init.kaiming_normal_(layer.weight, nonlinearity="relu")')
 CASES += [
     Case("init_he_normal", "benign", "another init distribution (He normal, zero bias)", edits=[HE_INIT],
          held_out=1),
@@ -111,14 +105,7 @@ CASES += [
                      'p.add_argument("--lr", type=float, default=1.2e-2)')], held_out=1),
 ]
 
-XAVIER_INIT = Edit(
-    "model.py",
-    "        self.dropout = nn.Dropout(dropout)\n",
-    "        self.dropout = nn.Dropout(dropout)\n"
-    "        for layer in (self.fc1, self.fc2, self.head):  # Glorot uniform (Keras's default), zero bias\n"
-    "            nn.init.xavier_uniform_(layer.weight)\n"
-    "            nn.init.zeros_(layer.bias)\n",
-)
+XAVIER_INIT = init_edit("Glorot uniform (Keras's default)", "nn.init.xavier_uniform_(layer.weight)")
 CASES += [
     Case("init_xavier_uniform", "benign", "another init distribution (Glorot uniform, zero bias)",
          edits=[XAVIER_INIT], held_out=2),
