@@ -64,6 +64,7 @@ empty = timeit.timeit(lambda: None, number=1000) / 1000
 
 def cost(grad_norms):
     probe._grad_norms_on = grad_norms
+    probe._gn_budget = 0  # the raw cost of one recording, at every call
     best = []
     for _ in range(7):  # 1000 calls stay in the every-step regime (the first 2000 steps): the costly one
         probe._state["optimizer"]["steps"] = 0
@@ -117,8 +118,11 @@ def main() -> None:
           f"(pairs: {', '.join(f'{x:.3f}' for x in ratios)}; goal <= 1.02)")
     step_us = statistics.median(bare_steps) * 1e6
     print(f"per-step cost measured in-process: optimizer hook {hook_us:.2f} us = {hook_us / step_us * 100:.2f}% of a "
-          f"step without gradient norms, {hook_gn_us:.2f} us = {hook_gn_us / step_us * 100:.2f}% with them (the "
-          "default; forward hook: off between samples)")
+          f"step without gradient norms, {hook_gn_us:.2f} us = {hook_gn_us / step_us * 100:.2f}% when they are "
+          "recorded at every step (by default only every k-th step when that would exceed 2% of the step time; "
+          "forward hook: off between samples)")
+    kept = [len((rep.get("grad_norms") or {}).get("values") or []) for rep in reports]
+    print(f"gradient norms kept per probed run (of {a.steps} steps, default budget): {statistics.median(kept):.0f}")
     print(f"start-up cost: {(statistics.median(start_probed) - statistics.median(start_bare)) * 1e3:.1f} ms wall "
           f"(python -c pass: {statistics.median(start_bare) * 1e3:.1f} -> {statistics.median(start_probed) * 1e3:.1f} ms); "
           f"import of the probe's sitecustomize {import_ms:.2f} ms (-X importtime), install() {install_ms:.2f} ms")

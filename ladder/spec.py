@@ -96,6 +96,8 @@ class ProbeSpec(_Model):
     """Options of the probe injected into every run (the same for every profile, so runs compare)."""
 
     grad_norms: bool = Field(default=True, description="record the norm of the gradient the optimizer is handed")
+    grad_norm_budget: float = Field(default=0.02, ge=0, le=1, description="largest share of a step's time the "
+                                    "norms may take: beyond it they are recorded every k-th step (0: every step)")
     sample_every: int = Field(default=50, ge=0, description="optimizer steps between device samples (0: never)")
     param_nonfinite: bool = Field(default=False, description="check sampled parameters for NaN/inf at exit")
 

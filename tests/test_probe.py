@@ -187,7 +187,7 @@ def test_torch_grad_norms_are_those_the_optimizer_receives(tmp_path) -> None:
                   float(torch.sqrt(sum((p ** 2).sum() for p in m.parameters()))))
             opt.step()
     """)
-    p = _run(sys.executable, code, tmp_path)
+    p = _run(sys.executable, code, tmp_path, options={"grad_norm_budget": 0})  # every step
     assert p.returncode == 0, p.stderr
     printed = [[float(x) for x in line.split()] for line in p.stdout.splitlines()]
     got = _grad_norms(tmp_path)
@@ -232,3 +232,27 @@ def test_optax_grad_norms_are_the_clipped_input_of_the_optimizer(tmp_path, jax_p
     assert [w for _, _, w in got] == pytest.approx([w for _, w in printed], rel=1e-4)
     assert any(r > 1.0 for r in raw) and any(r < 1.0 for r in raw)  # both sides of the clip happened
     assert merge_reports(tmp_path / "probe")["grad_norms"]["source"] == "optax.adam update"
+
+
+def test_grad_norms_thin_out_only_when_they_would_cost_more_than_the_budget(tmp_path) -> None:
+    # A step of ~20 us (CPU, tiny model) cannot afford the norms at every step; a 20 ms step can.
+    code = textwrap.dedent("""
+        import sys, time, torch
+        m = torch.nn.Linear(64, 64)
+        opt = torch.optim.SGD(m.parameters(), lr=0.01)
+        for i in range(200):
+            m(torch.ones(2, 64)).sum().backward()
+            opt.step()
+            opt.zero_grad()
+            if sys.argv[1] == "slow":
+                time.sleep(0.02)
+    """)
+    for speed in ("fast", "slow"):
+        (tmp_path / speed).mkdir()
+        p = subprocess.run([sys.executable, "-c", code, speed], capture_output=True, text=True, cwd=tmp_path / speed,
+                           env={**os.environ, **probe_env(tmp_path / speed / "probe")}, timeout=300)
+        assert p.returncode == 0, p.stderr
+    fast, slow = (_grad_norms(tmp_path / s) for s in ("fast", "slow"))
+    assert len(slow) == 200
+    assert 5 <= len(fast) < 100 and fast[0][0] == 1  # thinned, still spread over the run
+    assert fast[-1][0] > 150

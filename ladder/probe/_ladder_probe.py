@@ -231,8 +231,13 @@ def _optimizer_step_hook(optimizer, args, kwargs):
         # all of the first 2000 steps, then every 10th, then every 100th: bounded, still mappable
         if _kept(step):
             o["step_times"].append([step, time.time()])
-            if _grad_norms_on and _gn["owner"] in (None, id(optimizer)):
+            if _grad_norms_on and _gn["owner"] in (None, id(optimizer)) and _gn_due(step):
+                t0 = time.perf_counter()
                 _torch_grad_norm(optimizer, step)
+                c = time.perf_counter() - t0
+                if _gn.get("calls"):  # the first call pays one-off set-up: not a per-step cost
+                    _gn["cost"] = c if _gn.get("cost") is None else 0.8 * _gn["cost"] + 0.2 * c
+                _gn["calls"] = _gn.get("calls", 0) + 1
         if _every > 0 and step % _every == 0:
             _arm_forward_hook()
         key = id(optimizer)
@@ -275,8 +280,28 @@ def _kept(step: int) -> bool:
 # each point is [step, grad norm, param norm].
 
 _grad_norms_on = True
+_gn_budget = 0.02  # at most about this share of a step's time goes to the norms (probe option grad_norm_budget)
 _MAX_GRAD_NORMS = 5000
 _gn: dict = {"owner": None, "values": [], "source": None}
+
+
+def _gn_due(step: int) -> bool:
+    """Record at this step? Every step, unless that would cost more than grad_norm_budget of the step
+    time: then every k-th step, k = cost / (budget x step time), so tiny CPU steps pay about the budget."""
+    now = time.perf_counter()
+    last = _gn.get("t")
+    _gn["t"] = now
+    if last is not None:
+        dt = now - last
+        _gn["interval"] = dt if _gn.get("interval") is None else 0.8 * _gn["interval"] + 0.2 * dt
+    cost, interval = _gn.get("cost"), _gn.get("interval")
+    k = 1
+    if cost is not None and interval and _gn_budget > 0:
+        k = max(1, math.ceil(cost / (_gn_budget * interval)))
+    if step - _gn.get("last_step", -10**9) < k:
+        return False
+    _gn["last_step"] = step
+    return True
 
 
 def _torch_grad_norm(optimizer, step: int) -> None:
@@ -284,23 +309,26 @@ def _torch_grad_norm(optimizer, step: int) -> None:
     compiler = getattr(torch, "compiler", None)
     if compiler is not None and compiler.is_compiling():
         return  # inside a traced step: tensor work here would enter the user's graph
-    grads = [p.grad for g in optimizer.param_groups for p in g["params"] if getattr(p, "grad", None) is not None]
-    if not grads or any(g.is_sparse for g in grads) or len(_gn["values"]) >= _MAX_GRAD_NORMS:
+    params = [p for g in optimizer.param_groups for p in g["params"] if getattr(p, "grad", None) is not None]
+    if not params or len(_gn["values"]) >= _MAX_GRAD_NORMS:
+        return
+    grads = [p.grad for p in params]
+    if any(g.is_sparse for g in grads):
         return
     _gn["owner"], _gn["source"] = id(optimizer), "torch optimizer.step"
-    params = [p for g in optimizer.param_groups for p in g["params"] if getattr(p, "grad", None) is not None]
+    n = len(params)
     with torch.no_grad():
         dev = grads[0].device
-        if dev.type in ("cpu", "cuda") and all(g.device == dev for g in grads):
-            norms = torch._foreach_norm([g.detach() for g in grads])  # one fused kernel on CUDA
-            total = torch.linalg.vector_norm(torch.stack([n.float() for n in norms]))
-            pn = torch._foreach_norm([p.detach() for p in params])
-            ptotal = torch.linalg.vector_norm(torch.stack([n.float() for n in pn]))
-        else:  # XLA (basic ops only: nothing that could fall back to the CPU) or grads on several devices
-            total = torch.sqrt(sum((g.detach().float() ** 2).sum().to(dev) for g in grads))
-            ptotal = torch.sqrt(sum((p.detach().float() ** 2).sum().to(dev) for p in params))
-    _gn["values"].append((step, total))
-    _gn.setdefault("pvalues", []).append(ptotal)
+        if dev.type in ("cpu", "cuda") and all(t.device == dev for t in grads + params):
+            # one fused kernel for all 2n norms on CUDA, then one reduction: [grad norm, param norm]
+            norms = torch._foreach_norm(grads + params)
+            if len({t.dtype for t in norms}) > 1:
+                norms = [t.float() for t in norms]
+            both = torch.linalg.vector_norm(torch.stack(norms).float().view(2, n), dim=1)
+        else:  # XLA (basic ops only: nothing that could fall back to the CPU) or tensors on several devices
+            both = torch.stack([torch.sqrt(sum((t.detach().float() ** 2).sum().to(dev) for t in ts))
+                                for ts in (grads, params)])
+    _gn["values"].append((step, both))
 
 
 def _optax_grad_norm(value, pvalue=None) -> None:
@@ -345,19 +373,17 @@ def _collect_grad_norms() -> None:
         return
     _quiet = True
     try:
-        out = []
         torch = sys.modules.get("torch")
-        tensors = [v for _, v in vals if not isinstance(v, float)]
-        if tensors and torch is not None and tensors[0].device.type != "xla":
-            floats = iter(torch.stack([t.to(tensors[0].device) for t in tensors]).cpu().tolist())
-            vals = [(s, v if isinstance(v, float) else next(floats)) for s, v in vals]
-        pv = _gn.get("pvalues") or []
-        if pv and not isinstance(pv[0], float):
-            pv = torch.stack([t.to(pv[0].device) for t in pv]).cpu().tolist() if pv[0].device.type != "xla" \
-                else [float(t) for t in pv]
-        for i, (s, v) in enumerate(vals):
-            f = float(v)
-            out.append([s, f if math.isfinite(f) else repr(f)] + ([pv[i]] if i < len(pv) else []))
+        if not isinstance(vals[0][1], float):  # torch: a [grad, param] tensor per kept step
+            ts = [v for _, v in vals]
+            pairs = (torch.stack([t.to(ts[0].device) for t in ts]).cpu().tolist() if ts[0].device.type != "xla"
+                     else [t.cpu().tolist() for t in ts])
+        else:  # optax: floats, with the parameter norms beside them when update() was given params
+            pv = _gn.get("pvalues") or []
+            pairs = [[v, pv[i]] if i < len(pv) else [v] for i, (_, v) in enumerate(vals)]
+        out = []
+        for (s, _), pair in zip(vals, pairs):
+            out.append([s] + [float(x) if math.isfinite(float(x)) else repr(float(x)) for x in pair])
         _state["grad_norms"] = {"source": _gn["source"], "values": out}
     finally:
         _quiet = False
@@ -678,6 +704,7 @@ def _after_fork_in_child() -> None:
     _reset_state()
     _optimizers.clear()
     _last_cfg.clear()
+    _gn.clear()
     _gn.update(owner=None, values=[], pvalues=[], source=None, calls=0)
     global _finalised
     _finalised = False
@@ -716,9 +743,10 @@ def _reset_state() -> None:
 
 
 def _configure() -> None:
-    global _every, _ignore, _grad_norms_on
+    global _every, _ignore, _grad_norms_on, _gn_budget
     try:
         _grad_norms_on = bool(_opts.get("grad_norms", True))
+        _gn_budget = float(_opts.get("grad_norm_budget", 0.02))
         _every = int(_opts.get("sample_every", 50))
         _ignore = frozenset(["params", *_opts.get("optimizer_ignore", ["lr", "initial_lr"])])
     except Exception as e:  # a bad option: keep the defaults, say so
