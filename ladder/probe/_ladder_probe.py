@@ -235,9 +235,10 @@ def _optimizer_step_hook(optimizer, args, kwargs):
                 t0 = time.perf_counter()
                 _torch_grad_norm(optimizer, step)
                 c = time.perf_counter() - t0
-                if _gn.get("calls"):  # the first call pays one-off set-up: not a per-step cost
-                    _gn["cost"] = c if _gn.get("cost") is None else 0.8 * _gn["cost"] + 0.2 * c
-                _gn["calls"] = _gn.get("calls", 0) + 1
+                if _gn.get("timed"):  # the first call pays one-off set-up: not a per-step cost
+                    recent = _gn["recent"] = (_gn.get("recent") or [])[-4:] + [c]
+                    _gn["cost"] = sorted(recent)[len(recent) // 2]  # the median of the last 5: a hiccup passes
+                _gn["timed"] = True
         if _every > 0 and step % _every == 0:
             _arm_forward_hook()
         key = id(optimizer)
