@@ -401,8 +401,7 @@ def _scale_free(run: RunRecord, seeds: list[RunRecord]) -> bool:
 
 
 def _grad_norm_part(run: RunRecord, seeds: list[RunRecord], rules: "CalibratedRules",
-                    n_tests: int) -> _CurveJudgement | str:
-    scale_free = _scale_free(run, seeds)
+                    n_tests: int, scale_free: bool) -> _CurveJudgement | str:
     mine = grad_norm_series(run, scale_free)
     theirs = [x for x in (grad_norm_series(s, scale_free) for s in seeds) if x is not None
               and np.isfinite(x[1]).all() and len(x[0]) >= rules.curve_segments]
@@ -418,10 +417,6 @@ def _grad_norm_part(run: RunRecord, seeds: list[RunRecord], rules: "CalibratedRu
     # early is the loss curve's to judge.
     return _judge_curve(mine, theirs, rules, rules.curve_floor_rel, n_tests, margin_rel=rules.grad_norm_margin_rel,
                         skip_fraction=rules.grad_norm_skip_fraction, require_complete=False)
-
-
-def _grad_norm_label(run: RunRecord, seeds: list[RunRecord]) -> str:
-    return "scale-free gradient-norm curve (||g|| x ||theta||)" if _scale_free(run, seeds) else "gradient-norm curve"
 
 
 def calibrated_curve(run: RunRecord, seeds: list[RunRecord], protocol: "Protocol") -> Verdict:
@@ -446,11 +441,12 @@ def calibrated_curve(run: RunRecord, seeds: list[RunRecord], protocol: "Protocol
                         rules.curve_floor_rel, n_tests, margin_rel=rules.curve_margin_rel)
     if isinstance(loss, str):
         return Verdict("curve", False, None, {}, len(usable), "no overlap", loss)
-    gn = _grad_norm_part(run, usable, rules, n_tests)
+    scale_free = _scale_free(run, usable)
+    gn = _grad_norm_part(run, usable, rules, n_tests, scale_free)
     parts = [(loss.passed, loss.more)] + ([(gn.passed, gn.more)] if isinstance(gn, _CurveJudgement) else
                                           [(False, 0)] if gn.startswith("non-finite") else [])
     passed, more = _combine(parts)
-    label = _grad_norm_label(run, usable)
+    label = "scale-free gradient-norm curve (||g|| x ||theta||)" if scale_free else "gradient-norm curve"
     summary = loss.summary("loss curve") + " || " + (gn.summary(label) if isinstance(gn, _CurveJudgement)
                                                     else f"gradient-norm curve: {gn}")
     measured = loss.measured()
