@@ -228,7 +228,6 @@ def _optimizer_step_hook(optimizer, args, kwargs):
     try:
         o = _state["optimizer"]
         step = o["steps"] = o["steps"] + 1
-        # all of the first 2000 steps, then every 10th, then every 100th: bounded, still mappable
         if _kept(step):
             o["step_times"].append([step, time.time()])
             if _grad_norms_on and _gn["owner"] in (None, id(optimizer)) and _gn_due(step):
