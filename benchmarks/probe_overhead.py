@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from ladder.probe_report import probe_env  # noqa: E402
+from ladder.runs.probe_report import probe_env  # noqa: E402
 
 WORKLOAD = """
 import sys, time, torch

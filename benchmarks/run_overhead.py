@@ -23,9 +23,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from ladder.checks import CheckContext, run_ladder  # noqa: E402
-from ladder.protocol import load_protocol  # noqa: E402
-from ladder.run import execute_run  # noqa: E402
-from ladder.spec import load_spec  # noqa: E402
+from ladder.migration.protocol import load_protocol  # noqa: E402
+from ladder.runs.execute import execute_run  # noqa: E402
+from ladder.migration.spec import load_spec  # noqa: E402
 
 
 def main() -> None:

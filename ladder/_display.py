@@ -61,7 +61,7 @@ class Display:
 
     @contextmanager
     def run_progress(self, label: str) -> Iterator[Any]:
-        """Yields a progress callback `(event, data)` for ladder.run.execute_run."""
+        """Yields a progress callback `(event, data)` for ladder.runs.execute.execute_run."""
         if self.plain:
             last = {"step": None}
 

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ladder._util.errors import LadderError
-from ladder.run import profile_environment
-from ladder.spec import load_spec
+from ladder.runs.execute import profile_environment
+from ladder.migration.spec import load_spec
 from ladder.supervisor.driver import SupervisorStatus, supervise
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "classifier"

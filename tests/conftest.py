@@ -27,7 +27,7 @@ def _profile_setup(profile: str, spec_name: str) -> tuple[list[str], str]:
 def _target_python(var: str, spec_name: str) -> str:
     if os.environ.get(var):
         return os.environ[var]
-    from ladder.envs import ensure_env
+    from ladder.runs.envs import ensure_env
 
     setup, python = _profile_setup("target", spec_name)
     return ensure_env(setup, python).python

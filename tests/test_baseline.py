@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from helpers import cli_json, ladder_cli, workspace
-from ladder.baseline import Baseline
+from ladder.baselines.store import Baseline
 
 
 def test_baseline_store_refuse_force_and_verify(tmp_path: Path) -> None:

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from helpers import cli_json, ladder_cli, set_var, workspace
-from ladder.compare import trend_test, window_mean
-from ladder.protocol import load_protocol
-from ladder.records import LossPoint
+from ladder.checks.compare import trend_test, window_mean
+from ladder.migration.protocol import load_protocol
+from ladder.runs.records import LossPoint
 
 
 def _curve(values) -> list[LossPoint]:
@@ -104,7 +104,8 @@ def test_real_gradient_fault_that_adam_hides_is_caught_by_the_gradient_norm_curv
     """Losses multiplied by 4 before backward (micro-batch losses summed, not averaged): Adam divides the
     scale away, so the loss and the metric are the faithful run's; only the gradient norms show it."""
     from ladder.journal.notes import diagnose
-    from ladder.records import CheckResult, RunRecord
+    from ladder.runs.records import RunRecord
+    from ladder.checks.results import CheckResult
 
     ws = workspace(tmp_path)
     set_var(ws, "extra", "--opt adam")

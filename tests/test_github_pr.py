@@ -19,7 +19,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from ladder._util.errors import LadderError
-from ladder.github_pr import PullRequests, pull_requests_from_env, render_pr_body
+from ladder.supervisor.github_pr import PullRequests, pull_requests_from_env, render_pr_body
 
 OWNER, NAME = "acme", "port"
 TOKEN = "ghp_test_token_not_real"

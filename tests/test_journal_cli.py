@@ -24,7 +24,7 @@ from ladder.journal.entries import (
     declare,
 )
 from ladder.journal.notes import record_checked_run
-from ladder.spec import load_spec
+from ladder.migration.spec import load_spec
 
 # The lead registers the group in ladder/_cli/commands.py; importing it here makes these tests
 # independent of that line.

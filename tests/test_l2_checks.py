@@ -15,13 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from ladder.baseline import Baseline, BaselineMeta
+from ladder.baselines.store import Baseline, BaselineMeta
 from ladder.checks import CheckContext, run_ladder
-from ladder.parse import OutputParser
-from ladder.probe_report import merge_reports, probe_env
-from ladder.protocol import load_protocol
-from ladder.records import CheckResult, Provenance, RunRecord
-from ladder.spec import ParseSpec
+from ladder.runs.parse import OutputParser
+from ladder.runs.probe_report import merge_reports, probe_env
+from ladder.migration.protocol import load_protocol
+from ladder.runs.records import Provenance, RunRecord
+from ladder.checks.results import CheckResult
+from ladder.migration.spec import ParseSpec
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "probe"
 PARSE = ParseSpec(loss=r"^step (?P<step>\d+) loss (?P<loss>\S+)", metric=r"^eval step \d+ items \d+ acc (?P<value>\S+)",

@@ -9,12 +9,12 @@ import pytest
 
 from helpers import cli_json, workspace
 
-from ladder.baseline import Baseline, BaselineMeta
+from ladder.baselines.store import Baseline, BaselineMeta
 from ladder.checks import CheckContext, run_ladder
 from ladder.checks.l3 import main_result
 from ladder.checks.l4 import compile_seconds, faster_cheaper, median_step_time
-from ladder.protocol import load_protocol
-from ladder.records import LossPoint, Provenance, RunRecord
+from ladder.migration.protocol import load_protocol
+from ladder.runs.records import LossPoint, Provenance, RunRecord
 
 NCSU, XSTACK = load_protocol("ncsu"), load_protocol("xstack")
 

@@ -16,7 +16,8 @@ from ladder._cli.check import check_run
 from ladder.journal import Journal
 from ladder.journal.entries import FailureNote, parse
 from ladder.journal.notes import draft_notes, record_checked_run, rewrite_diagnoses
-from ladder.records import CheckResult, LadderResult, RunRecord
+from ladder.runs.records import RunRecord
+from ladder.checks.results import CheckResult, LadderResult
 from test_l2_checks import runs  # noqa: F401  (the memoised captured-run fixture)
 
 
@@ -116,7 +117,7 @@ def test_recompilation_note_says_shapes_change_per_step(runs, torch_python: str,
 
 
 def test_unknown_check_and_reshaped_details_fall_back_to_the_evidence() -> None:
-    from ladder.records import Provenance
+    from ladder.runs.records import Provenance
 
     run = RunRecord(run_id="r", kind="short", profile="t", platform="cpu", seed=0, command="x", cwd="/",
                     started_at=0.0, ended_at=1.0, exit_code=0, timeout_s=10, provenance=Provenance(source="t"))
@@ -216,7 +217,7 @@ def test_llm_errors_and_a_missing_key_never_fail_the_notes(fake_api, monkeypatch
 
 
 def test_platform_note_blames_cpu_placement_not_a_pjrt_cpu_device() -> None:
-    from ladder.records import Provenance
+    from ladder.runs.records import Provenance
 
     run = RunRecord(run_id="r", kind="short", profile="t", platform="xla", seed=0, command="x", cwd="/",
                     started_at=0.0, ended_at=1.0, exit_code=0, timeout_s=10, provenance=Provenance(source="t"))

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ladder.probe_report import PROBE_DIR, merge_reports, probe_env, step_at
+from ladder.runs.probe_report import PROBE_DIR, merge_reports, probe_env, step_at
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "probe"
 

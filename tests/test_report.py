@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ladder.records import LossPoint, Provenance, RunRecord
+from ladder.runs.records import LossPoint, Provenance, RunRecord
 from ladder.report import write_report
 from ladder.report.plots import seed_band
 from test_journal_cli import build_migration

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from helpers import FIXTURES, cli_json, ladder_cli, set_var, workspace
-from ladder.records import RunRecord
+from ladder.runs.records import RunRecord
 
 
 def _run(ws: Path, *extra: str, env: dict | None = None) -> tuple[dict, RunRecord]:
@@ -150,8 +150,8 @@ def test_garbage_bytes_and_a_1gb_log_keep_memory_bounded(tmp_path: Path) -> None
     '''))
     probe = textwrap.dedent('''
         import resource, sys
-        from ladder.spec import load_spec
-        from ladder.run import execute_run
+        from ladder.migration.spec import load_spec
+        from ladder.runs.execute import execute_run
         rec = execute_run(load_spec("ladder.toml"), "reference", "short", 0)
         print(rec.loss_lines, rec.metric, rec.line_count, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
     ''')

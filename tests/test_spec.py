@@ -6,7 +6,7 @@ import pytest
 
 from helpers import ladder_cli, workspace
 from ladder._util.errors import SpecError
-from ladder.spec import TEMPLATE, load_spec
+from ladder.migration.spec import TEMPLATE, load_spec
 
 BAD = r'''
 name = "bad name"

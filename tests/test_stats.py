@@ -1,4 +1,4 @@
-"""The calibrated rule (ladder.stats) on synthetic seeds and runs whose answer is known."""
+"""The calibrated rule (ladder.checks.stats) on synthetic seeds and runs whose answer is known."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import math
 import numpy as np
 import pytest
 
-from ladder.protocol import load_protocol
-from ladder.records import LossPoint, Provenance, RunRecord
-from ladder.stats import (calibrated_curve, calibrated_loss_window, calibrated_metric, decide, smooth,
+from ladder.migration.protocol import load_protocol
+from ladder.runs.records import LossPoint, Provenance, RunRecord
+from ladder.checks.stats import (calibrated_curve, calibrated_loss_window, calibrated_metric, decide, smooth,
                           t_quantile)
 
 STEPS = np.arange(10, 310, 10)

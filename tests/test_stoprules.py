@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ladder.protocol import load_protocol
-from ladder.records import CheckResult, LadderResult, LossPoint, Provenance, RunRecord
-from ladder.stoprules import (AttemptSummary, JournalSoFar, full_run_estimate, no_l0, short_divergence,
+from ladder.migration.protocol import load_protocol
+from ladder.runs.records import LossPoint, Provenance, RunRecord
+from ladder.checks.results import CheckResult, LadderResult
+from ladder.supervisor.stoprules import (AttemptSummary, JournalSoFar, full_run_estimate, no_l0, short_divergence,
                               stop_decisions)
 
 P = load_protocol("ncsu")
@@ -74,7 +75,7 @@ def test_a_run_without_l0_is_not_a_divergence() -> None:
 
 def test_short_divergence_on_the_fixed_thresholds_through_l1(tmp_path) -> None:
     # The real L1 checks with one baseline seed: 4.9% loss window difference passes, 5.1% stops.
-    from ladder.baseline import Baseline, BaselineMeta
+    from ladder.baselines.store import Baseline, BaselineMeta
     from ladder.checks import CheckContext, run_ladder
 
     def rec(scale: float, seed: int) -> RunRecord:

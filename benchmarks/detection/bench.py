@@ -30,13 +30,13 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE))
 
 from cases import CASES, apply_edits  # noqa: E402
-from ladder.baseline import Baseline, create_baseline  # noqa: E402
+from ladder.baselines.store import Baseline, create_baseline  # noqa: E402
 from ladder.checks import CheckContext, run_ladder  # noqa: E402
-from ladder.compare import curve_arrays, window_mean  # noqa: E402
-from ladder.records import RunRecord  # noqa: E402
-from ladder.run import execute_run  # noqa: E402
-from ladder.spec import load_spec, load_spec_protocol  # noqa: E402
-from ladder.stats import grad_norm_series  # noqa: E402
+from ladder.checks.compare import curve_arrays, window_mean  # noqa: E402
+from ladder.runs.records import RunRecord  # noqa: E402
+from ladder.runs.execute import execute_run  # noqa: E402
+from ladder.migration.spec import load_spec, load_spec_protocol  # noqa: E402
+from ladder.checks.stats import grad_norm_series  # noqa: E402
 
 EXAMPLE = ROOT / "examples" / "classifier"
 XLA_PYTHON = "/tmp/envs/xla/bin/python"
@@ -219,7 +219,7 @@ def block_shift(protocol, seeds: list[RunRecord], runs: list[RunRecord], series,
     of them, as the check cuts them."""
     import numpy as np
 
-    from ladder.stats import smooth
+    from ladder.checks.stats import smooth
 
     xy = [series(r) for r in seeds]
     mine_xy = [series(r) for r in runs]

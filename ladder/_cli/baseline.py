@@ -8,8 +8,8 @@ import typer
 
 from ladder._cli.main import app
 from ladder._display import display
-from ladder.baseline import create_baseline, versions, verify_baseline
-from ladder.spec import load_spec
+from ladder.baselines.store import create_baseline, versions, verify_baseline
+from ladder.migration.spec import load_spec
 
 baseline_app = typer.Typer(help="Store and verify the reference baseline.", invoke_without_command=True)
 app.add_typer(baseline_app, name="baseline")

@@ -8,11 +8,11 @@ import typer
 
 from ladder._cli.main import app
 from ladder._display import display
-from ladder.baseline import resolve_baseline
+from ladder.baselines.store import resolve_baseline
 from ladder.checks import CheckContext, run_ladder
-from ladder.protocol import load_protocol
-from ladder.records import RunRecord
-from ladder.spec import load_spec, load_spec_protocol
+from ladder.migration.protocol import load_protocol
+from ladder.runs.records import RunRecord
+from ladder.migration.spec import load_spec, load_spec_protocol
 
 
 def cell(value: object, width: int = 60) -> str:
@@ -39,7 +39,7 @@ def check_run(run_dir: Path, spec_path: Path | None, baseline_dir: Path | None, 
     protocol = load_spec_protocol(spec) if spec else load_protocol()
     baseline = resolve_baseline(spec, baseline_dir)
     if baseline is not None:
-        from ladder.baseline import require_intact
+        from ladder.baselines.store import require_intact
 
         require_intact(baseline)
     expected = spec.profile(record.profile).platform if spec and record.profile in spec.profiles else record.platform

@@ -9,7 +9,7 @@ import typer
 from ladder._cli.main import app
 from ladder._display import display
 from ladder._util.errors import LadderError
-from ladder.spec import TEMPLATE
+from ladder.migration.spec import TEMPLATE
 
 
 @app.command()

@@ -30,7 +30,7 @@ def locate(spec_path: Path, journal: Path | None, must_exist: bool = True) -> tu
         path = Path(journal)
         root = default_root(path)
     else:
-        from ladder.spec import load_spec
+        from ladder.migration.spec import load_spec
 
         if not Path(spec_path).exists():
             raise LadderError(f"no spec at {spec_path}", "run in the migration workspace, or pass --spec or --journal")

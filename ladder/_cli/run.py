@@ -8,8 +8,8 @@ import typer
 
 from ladder._cli.main import app
 from ladder._display import display
-from ladder.run import execute_run
-from ladder.spec import load_spec
+from ladder.runs.execute import execute_run
+from ladder.migration.spec import load_spec
 
 SPEC_OPT = typer.Option(Path("ladder.toml"), "--spec", help="The migration spec.")
 

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, Field
 
-from ladder.records import Level
+from ladder.checks.results import Level
 
 
 class AttemptContext(BaseModel):

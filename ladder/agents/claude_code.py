@@ -38,7 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ladder._util.errors import LadderError
 from ladder.agents import AgentResult, AttemptContext
 from ladder.agents.prompts import PROTECTED_PATHS, build_attempt_prompt, build_system_prompt
-from ladder.records import LEVELS, Level
+from ladder.checks.results import LEVELS, Level
 
 AGENT_TOOLS: tuple[str, ...] = ("Read", "Edit", "Write", "Glob", "Grep", "Bash")
 # Defaults for a session when the caller gives none. The study spent $2-$23 of agent tokens per

@@ -14,7 +14,7 @@ from typing import Any
 
 from ladder._util.errors import LadderError
 from ladder.agents import AttemptContext
-from ladder.protocol import PROTOCOLS_DIR
+from ladder.migration.protocol import PROTOCOLS_DIR
 
 PROMPTS_DIR = PROTOCOLS_DIR / "prompts"
 # Paths, relative to the worktree root, that an attempt must leave alone (ladder verifies afterwards).

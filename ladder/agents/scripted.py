@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ladder._util.errors import LadderError
 from ladder._util.validation import validate_or_raise
 from ladder.agents import AgentResult, AttemptContext
-from ladder.records import Level
+from ladder.checks.results import Level
 
 
 class ScriptedAttempt(BaseModel):

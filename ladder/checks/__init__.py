@@ -10,11 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
-from ladder.records import LEVELS, CheckResult, LadderResult, RunRecord
+from ladder.runs.records import RunRecord
+from ladder.checks.results import LEVELS, CheckResult, LadderResult
 
 if TYPE_CHECKING:
-    from ladder.baseline import Baseline
-    from ladder.protocol import Protocol
+    from ladder.baselines.store import Baseline
+    from ladder.migration.protocol import Protocol
 
 CheckFn = Callable[["CheckContext"], CheckResult]
 

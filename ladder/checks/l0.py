@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ladder.checks import CheckContext, register
-from ladder.records import CheckResult
+from ladder.checks.results import CheckResult
 
 
 def _result(name: str, ok: bool, measured, threshold, evidence: str) -> CheckResult:

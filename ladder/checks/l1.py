@@ -2,14 +2,15 @@
 
 The fixed rule (protocol [l1]) compares the run with one baseline run of the same kind. When the
 baseline holds enough seeds (protocol [calibrated].min_seeds), the verdict comes from the seeds' own
-spread instead (ladder.stats), and the fixed rule's numbers are still reported beside it.
+spread instead (ladder.checks.stats), and the fixed rule's numbers are still reported beside it.
 """
 
 from __future__ import annotations
 
 from ladder.checks import CheckContext, not_checked, register
-from ladder.compare import rel_diff, trend_test, window_mean
-from ladder.records import CheckResult, RunRecord
+from ladder.checks.compare import rel_diff, trend_test, window_mean
+from ladder.runs.records import RunRecord
+from ladder.checks.results import CheckResult
 
 
 def _seed_runs(ctx: CheckContext) -> list[RunRecord]:
@@ -43,7 +44,7 @@ def loss_window(ctx: CheckContext) -> CheckResult:
     ev = (f"mean loss over the last {frac:.0%} of steps: run {mine:.5f} vs baseline {theirs:.5f} "
           f"(seed {ref.seed}), relative difference {d:.2%} (fixed rule: within {tol:.0%})")
     if _calibrated(ctx):
-        from ladder.stats import calibrated_loss_window
+        from ladder.checks.stats import calibrated_loss_window
 
         v = calibrated_loss_window(ctx.run, _seed_runs(ctx), ctx.protocol)
         details["calibrated"] = v.as_dict()
@@ -69,7 +70,7 @@ def metric(ctx: CheckContext) -> CheckResult:
     ev = (f"{ctx.run.metric_name}: run {ctx.run.metric:.5g} vs baseline {ref.metric:.5g} (seed {ref.seed}), "
           f"relative difference {d:.2%} (fixed rule: within {tol:.0%})")
     if _calibrated(ctx):
-        from ladder.stats import calibrated_metric
+        from ladder.checks.stats import calibrated_metric
 
         v = calibrated_metric(ctx.run, _seed_runs(ctx), ctx.protocol)
         details["calibrated"] = v.as_dict()
@@ -91,7 +92,7 @@ def trend(ctx: CheckContext) -> CheckResult:
                            evidence="the run and the baseline share too few logged steps to compare trends")
     details = {"fixed_rule": {"agree": t.agree, "run_moves": t.run_moves, "base_moves": t.base_moves}}
     if _calibrated(ctx):
-        from ladder.stats import calibrated_curve
+        from ladder.checks.stats import calibrated_curve
 
         v = calibrated_curve(ctx.run, _seed_runs(ctx), ctx.protocol)
         details["calibrated"] = v.as_dict()

@@ -1,6 +1,6 @@
 """L2: the run really computed on the target device, the same way as the baseline.
 
-Each check reads the merged probe report (`RunRecord.probe`, see ladder.probe_report), the parsed
+Each check reads the merged probe report (`RunRecord.probe`, see ladder.runs.probe_report), the parsed
 log and, where it compares, the baseline's short run; thresholds come only from `protocol.l2`.
 A run without a probe report gives `not_checked` (numerics still fails on a non-finite loss in
 the log, and evaluation_complete needs only the logs).
@@ -20,8 +20,9 @@ import math
 from typing import Any
 
 from ladder.checks import CheckContext, not_checked, register
-from ladder.probe_report import classify_aten
-from ladder.records import CheckResult, RunRecord
+from ladder.runs.probe_report import classify_aten
+from ladder.runs.records import RunRecord
+from ladder.checks.results import CheckResult
 
 L = "L2"
 _JAX_GPU = {"gpu", "cuda", "rocm"}

@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from ladder.checks import CheckContext, not_checked, register
-from ladder.compare import rel_diff
-from ladder.records import CheckResult, RunRecord
+from ladder.checks.compare import rel_diff
+from ladder.runs.records import RunRecord
+from ladder.checks.results import CheckResult
 
 NAME = "main_result"
 
@@ -85,7 +86,7 @@ def main_result(ctx: CheckContext) -> CheckResult:
                      f"{_signed_change(run.metric, ref.metric, direction)}, within {tol:.0%}: {d <= tol}")
     verdict = None
     if len(fulls) >= ctx.protocol.calibrated.min_seeds:
-        from ladder.stats import calibrated_metric
+        from ladder.checks.stats import calibrated_metric
 
         verdict = calibrated_metric(run, fulls, ctx.protocol)
         details["calibrated"] = verdict.as_dict()

@@ -14,7 +14,8 @@ from typing import Any
 
 from ladder.checks import CheckContext, not_checked, register
 from ladder.checks.l3 import full_run_of
-from ladder.records import CheckResult, RunRecord
+from ladder.runs.records import RunRecord
+from ladder.checks.results import CheckResult
 
 NAME = "faster_cheaper"
 

@@ -46,7 +46,7 @@ from ladder.journal.entries import (
     parse,
 )
 from ladder.journal.store import Journal
-from ladder.records import LEVELS, level_index
+from ladder.checks.results import LEVELS, level_index
 
 NONE_LABEL = "none"
 MILESTONES = ("L0", "L2", "L3")

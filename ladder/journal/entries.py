@@ -21,7 +21,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from ladder._util.errors import LadderError
 from ladder._util.hashing import manifest_digest
 from ladder.journal.store import Entry, Journal
-from ladder.records import LEVELS, CheckResult, LadderResult, Level, RunRecord, level_index
+from ladder.runs.records import RunRecord
+from ladder.checks.results import LEVELS, CheckResult, LadderResult, Level, level_index
 
 ENTRY_SCHEMA = 1
 AgentKind = Literal["scripted", "claude-code", "human", "ladder"]  # ladder: attempt 0, the original
@@ -234,7 +235,7 @@ def append_migration(journal: Journal, *, name: str, spec_path: str, protocol: s
 
 def append_baseline(journal: Journal, baseline_dir: Path, *, root: Path | None = None,
                     author: str = "ladder") -> Entry:
-    from ladder.baseline import Baseline
+    from ladder.baselines.store import Baseline
 
     b = Baseline.load(Path(baseline_dir))
     ref = _dir_ref(b.root, root)

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ladder.journal.entries import FailureNote, ref_path
-from ladder.records import CheckResult, LadderResult, RunRecord
+from ladder.runs.records import RunRecord
+from ladder.checks.results import CheckResult, LadderResult
 
 if TYPE_CHECKING:
     from ladder.journal.store import Entry, Journal

@@ -13,7 +13,7 @@ from ladder._util.errors import LadderError
 from ladder.journal.audit import AuditResult, History, audit, load_history
 from ladder.journal.entries import resolve_ref
 from ladder.journal.store import VerifyResult, verify_journal
-from ladder.records import RunRecord
+from ladder.runs.records import RunRecord
 
 
 @dataclass
@@ -46,7 +46,7 @@ def gather(journal_path: Path, root: Path | None = None) -> ReportData:
     data = ReportData(history=history, audit=audit([history]), verify=verify_journal(Path(journal_path), root_path),
                       problems=list(history.problems))
     if history.baseline is not None:
-        from ladder.baseline import Baseline
+        from ladder.baselines.store import Baseline
 
         where = resolve_ref(history.baseline.path, root_path)
         try:

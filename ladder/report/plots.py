@@ -15,8 +15,8 @@ matplotlib.use("Agg")  # no display: the report is rendered headless, in CI too
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from ladder.compare import curve_arrays  # noqa: E402
-from ladder.records import RunRecord  # noqa: E402
+from ladder.checks.compare import curve_arrays  # noqa: E402
+from ladder.runs.records import RunRecord  # noqa: E402
 
 Series = Callable[[RunRecord], "tuple[np.ndarray, np.ndarray] | None"]
 

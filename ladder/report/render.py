@@ -13,10 +13,10 @@ from typing import Any
 
 from ladder.journal.audit import AttemptView, NoteView, fmt_duration, fmt_num, fmt_pct, audit_markdown
 from ladder.journal.entries import CheckEntry
-from ladder.records import level_index
+from ladder.checks.results import level_index
 from ladder.report.build import ReportData
 from ladder.report.plots import attempt_color, loss_curves_png, metric_png
-from ladder.stats import grad_norm_series
+from ladder.checks.stats import grad_norm_series
 
 STATUS_MARK = {"passed": "pass", "failed": "FAIL", "not_checked": "not checked", "undecided": "undecided"}
 

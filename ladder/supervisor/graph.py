@@ -20,8 +20,8 @@ from langchain_core.runnables import RunnableConfig
 from ladder._util.errors import LadderError
 from ladder.agents import Agent, make_agent
 from ladder.journal import entries as je
-from ladder.records import highest_level
-from ladder.baseline import Baseline, latest
+from ladder.checks.results import highest_level
+from ladder.baselines.store import Baseline, latest
 from ladder.supervisor import git_ops, steps
 from ladder.supervisor.steps import Migration
 

@@ -1,6 +1,6 @@
 """The supervisor's bridge to the stop rules and the report: builds their inputs from the journal.
 
-The rules themselves (ladder.stoprules) are pure; this module only gathers what they need and
+The rules themselves (ladder.supervisor.stoprules) are pure; this module only gathers what they need and
 applies limits a human raised at an earlier pause.
 """
 
@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ladder import stoprules
-from ladder.protocol import Protocol
-from ladder.records import CheckResult, LadderResult, RunRecord, highest_level
+from ladder.supervisor import stoprules
+from ladder.migration.protocol import Protocol
+from ladder.runs.records import RunRecord
+from ladder.checks.results import CheckResult, LadderResult, highest_level
 from ladder.supervisor import steps
 from ladder.supervisor.steps import Migration
 

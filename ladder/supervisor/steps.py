@@ -16,14 +16,15 @@ from typing import Any
 from ladder._util.errors import LadderError
 from ladder._util.hashing import manifest_digest, verify_manifest, write_manifest
 from ladder.agents import Agent, AgentResult, AttemptContext
-from ladder.baseline import Baseline, create_baseline, latest, require_intact
+from ladder.baselines.store import Baseline, create_baseline, latest, require_intact
 from ladder.checks import CheckContext, run_ladder
 from ladder.journal import entries as je
 from ladder.journal.store import Entry, Journal, verify_journal
-from ladder.protocol import Protocol
-from ladder.records import LEVELS, LadderResult, RunRecord, level_index
-from ladder.run import execute_run
-from ladder.spec import Spec, load_spec, load_spec_protocol
+from ladder.migration.protocol import Protocol
+from ladder.runs.records import RunRecord
+from ladder.checks.results import LEVELS, LadderResult, level_index
+from ladder.runs.execute import execute_run
+from ladder.migration.spec import Spec, load_spec, load_spec_protocol
 from ladder.supervisor import git_ops
 
 MAX_KILLED_RETRIES = 1
@@ -191,10 +192,10 @@ def _fix_parent_notes(m: Migration, parent: int, n: int, summary: str) -> None:
             je.fix_note(m.journal, note.seq, f"attempt {n}: {summary or '(no summary)'}", author="agent", attempt=n)
 
 
-def _pull_requests(m: Migration):  # -> ladder.github_pr.PullRequests | None
+def _pull_requests(m: Migration):  # -> ladder.supervisor.github_pr.PullRequests | None
     if m.spec.github is None:
         return None
-    from ladder.github_pr import pull_requests_from_env
+    from ladder.supervisor.github_pr import pull_requests_from_env
 
     return pull_requests_from_env(m.spec.github.repo, m.spec.github.api_url, m.spec.github.remote)
 
@@ -210,7 +211,7 @@ def open_pull_request(m: Migration, attempt: je.AttemptEntry, worktree: Path, de
     prs = _pull_requests(m)
     if prs is None:
         return None
-    from ladder.github_pr import render_pr_body
+    from ladder.supervisor.github_pr import render_pr_body
 
     title = f"ladder attempt {attempt.number} (declared {declared or 'none'}): {attempt.summary[:60]}"
     return prs.open_for_attempt(worktree, attempt.branch, m.spec.github.base, title,
@@ -224,7 +225,7 @@ def update_pull_request(m: Migration, n: int) -> None:
     prs = _pull_requests(m) if number else None
     if prs is None:
         return
-    from ladder.github_pr import render_pr_body
+    from ladder.supervisor.github_pr import render_pr_body
 
     check = check_entry(m, n, "full") or check_entry(m, n, "short")
     decl = declaration(m, n)

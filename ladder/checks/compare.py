@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ladder.records import LossPoint
+from ladder.runs.records import LossPoint
 
 
 def curve_arrays(curve: list[LossPoint]) -> tuple[np.ndarray, np.ndarray]:

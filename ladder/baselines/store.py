@@ -19,8 +19,8 @@ from pydantic import BaseModel, Field
 
 from ladder._util.errors import IntegrityError, LadderError
 from ladder._util.hashing import manifest_digest, sha256_file, verify_manifest, write_manifest
-from ladder.records import RunRecord
-from ladder.spec import Spec
+from ladder.runs.records import RunRecord
+from ladder.migration.spec import Spec
 
 BASELINE_SCHEMA = 1
 Progress = Callable[[str, dict], None]
@@ -111,7 +111,7 @@ def create_baseline(spec: Spec, seeds: int = 1, full_seeds: int = 1, short_only:
                     force: bool = False, progress: Progress | None = None,
                     profile: str = "reference") -> Baseline:
     """Run the reference short run per seed and the full run(s); store them as a new version."""
-    from ladder.run import execute_run
+    from ladder.runs.execute import execute_run
 
     if seeds < 1 or full_seeds < 0:
         raise LadderError(f"seeds={seeds}, full_seeds={full_seeds}", "use --seeds >= 1")

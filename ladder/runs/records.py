@@ -1,4 +1,4 @@
-"""Versioned records: a run, a check result, a ladder verdict.
+"""The versioned record of one captured run (run.json) and its parts.
 
 These are data, written once. A record read back with an unknown schema version is refused
 rather than guessed at. Nothing here runs anything.
@@ -8,17 +8,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Iterable, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from ladder._util.errors import LadderError
 
 RUN_SCHEMA = 1
-LEVELS = ("L0", "L1", "L2", "L3", "L4")
-Level = Literal["L0", "L1", "L2", "L3", "L4"]
 RunKind = Literal["short", "full"]
-CheckStatus = Literal["passed", "failed", "not_checked", "undecided"]
 
 
 class LossPoint(BaseModel):
@@ -80,7 +77,7 @@ class RunRecord(BaseModel):
     provenance: Provenance
     price_per_hour: float = 0.0
     chips: int = 1
-    probe: dict[str, Any] | None = None  # merged probe reports (ladder.probe_report)
+    probe: dict[str, Any] | None = None  # merged probe reports (ladder.runs.probe_report)
     notes: list[str] = Field(default_factory=list)
 
     @property
@@ -107,52 +104,3 @@ class RunRecord(BaseModel):
                 "re-run with this ladder version or upgrade ladder",
             )
         return cls.model_validate(data)
-
-
-class CheckResult(BaseModel):
-    """One check's verdict with the evidence a reviewer needs."""
-
-    level: Level
-    name: str
-    status: CheckStatus
-    measured: Any = None
-    threshold: Any = None
-    evidence: str = ""
-    details: dict[str, Any] = Field(default_factory=dict)
-
-    @property
-    def passed(self) -> bool | None:
-        return {"passed": True, "failed": False}.get(self.status)
-
-    def model_dump(self, **kw: Any) -> dict[str, Any]:  # type: ignore[override]
-        d = super().model_dump(**kw)
-        d["passed"] = self.passed
-        return d
-
-
-class LadderResult(BaseModel):
-    schema_version: int = 1
-    run_dir: str
-    baseline: str | None = None
-    achieved_level: Level | None
-    checks: list[CheckResult]
-
-    def to_json_dict(self) -> dict[str, Any]:
-        return {
-            "schema_version": self.schema_version,
-            "run_dir": self.run_dir,
-            "baseline": self.baseline,
-            "achieved_level": self.achieved_level,
-            "checks": [c.model_dump() for c in self.checks],
-        }
-
-
-def level_index(level: str | None) -> int:
-    """-1 for no level, 0..4 for L0..L4."""
-    return -1 if level is None else LEVELS.index(level)
-
-
-def highest_level(levels: "Iterable[str | None]") -> str | None:
-    """The highest of some levels (None when none reached any)."""
-    best = max(levels, key=level_index, default=None)
-    return best if level_index(best) >= 0 else None

@@ -41,7 +41,7 @@ class Runner(Protocol):
 
 
 def get_runner(name: str) -> Runner:
-    from ladder.runner.local import LocalRunner
+    from ladder.runs.runner.local import LocalRunner
 
     runners: dict[str, type] = {"local": LocalRunner}
     if name not in runners:

@@ -6,7 +6,7 @@ import hashlib
 import socket
 from pathlib import Path
 
-from ladder.records import Provenance
+from ladder.runs.records import Provenance
 
 
 # What ladder itself writes into a workspace is not part of the code under test.

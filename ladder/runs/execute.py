@@ -21,14 +21,14 @@ from typing import Callable
 
 from ladder._util.errors import LadderError
 from ladder._util.hashing import write_manifest
-from ladder.envs import Environment, ensure_env, package_list, resolve_interpreter
-from ladder.parse import OutputParser
-from ladder.protocol import Protocol
-from ladder.provenance import provenance
-from ladder.records import RunRecord
-from ladder.runner import RunRequest, get_runner
-from ladder.runner.scrub import scrubbed_env
-from ladder.spec import Profile, Spec, load_spec_protocol
+from ladder.runs.envs import Environment, ensure_env, package_list, resolve_interpreter
+from ladder.runs.parse import OutputParser
+from ladder.migration.protocol import Protocol
+from ladder.runs.provenance import provenance
+from ladder.runs.records import RunRecord
+from ladder.runs.runner import RunRequest, get_runner
+from ladder.runs.runner.scrub import scrubbed_env
+from ladder.migration.spec import Profile, Spec, load_spec_protocol
 
 Progress = Callable[[str, dict], None]  # (event, data): "env", "start", "loss", "end"
 COPY_IGNORE = shutil.ignore_patterns(".git", "runs", "baselines", "journals", "__pycache__", "*.pyc",
@@ -84,7 +84,7 @@ def execute_run(spec: Spec, profile_name: str, kind: str, seed: int = 0, source:
                 run_dir: Path | None = None, progress: Progress | None = None,
                 timeout_s: float | None = None) -> RunRecord:
     """Run the experiment once and return its record (also saved as run_dir/run.json)."""
-    from ladder.probe_report import merge_reports, probe_env
+    from ladder.runs.probe_report import merge_reports, probe_env
 
     if kind not in ("short", "full"):
         raise LadderError(f"unknown run kind {kind!r}", "use --kind short or --kind full")

@@ -10,8 +10,8 @@ import math
 import re
 from collections import deque
 
-from ladder.records import EvalPoint, LossPoint
-from ladder.spec import ParseSpec
+from ladder.runs.records import EvalPoint, LossPoint
+from ladder.migration.spec import ParseSpec
 
 MAX_CURVE_POINTS = 100_000
 MAX_EVALS = 10_000

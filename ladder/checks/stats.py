@@ -50,11 +50,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ladder.compare import curve_arrays, window_mean
-from ladder.records import RunRecord
+from ladder.checks.compare import curve_arrays, window_mean
+from ladder.runs.records import RunRecord
 
 if TYPE_CHECKING:
-    from ladder.protocol import CalibratedRules, Protocol
+    from ladder.migration.protocol import CalibratedRules, Protocol
 
 
 # ------------------------------------------------------------------ Student's t, without scipy

@@ -7,6 +7,7 @@ so a value missing from a protocol file is an error rather than a number hidden 
 from __future__ import annotations
 
 import tomllib
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,8 @@ from pydantic import BaseModel, ConfigDict
 from ladder._util.errors import LadderError, SpecError
 from ladder._util.validation import deep_merge, validate_or_raise
 
-PROTOCOLS_DIR = Path(__file__).resolve().parent.parent / "protocols"
+# The top-level protocols/ directory, installed as the package `ladder.protocols` (pyproject package-dir).
+PROTOCOLS_DIR = Path(str(resources.files("ladder.protocols")))
 
 
 class _Section(BaseModel):

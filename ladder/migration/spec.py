@@ -221,14 +221,14 @@ def load_spec(path: Path | str | None = None) -> Spec:
         raise SpecError(str(path), semantic)
     spec.path = path.resolve()
     # The protocol must load too (with the overrides) before anything runs.
-    from ladder.protocol import load_protocol
+    from ladder.migration.protocol import load_protocol
 
     load_protocol(spec.protocol, spec.protocol_overrides or None, base)
     return spec
 
 
 def load_spec_protocol(spec: Spec):  # -> Protocol
-    from ladder.protocol import load_protocol
+    from ladder.migration.protocol import load_protocol
 
     return load_protocol(spec.protocol, spec.protocol_overrides or None, spec.workspace)
 

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ladder.protocol import L2Rules
+    from ladder.migration.protocol import L2Rules
 
-PROBE_DIR = Path(__file__).resolve().parent / "probe"
+PROBE_DIR = Path(__file__).resolve().parent.parent / "probe"
 MERGED_SCHEMA = 1
 
 
@@ -98,7 +98,7 @@ def _compile_events(r: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _default_rules() -> "L2Rules":
-    from ladder.protocol import load_protocol
+    from ladder.migration.protocol import load_protocol
 
     return load_protocol().l2
 

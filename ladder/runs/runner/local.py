@@ -16,7 +16,7 @@ import threading
 import time
 from typing import BinaryIO
 
-from ladder.runner import LineSink, RunOutcome, RunRequest
+from ladder.runs.runner import LineSink, RunOutcome, RunRequest
 
 READ_LIMIT = 64 * 1024  # bytes per read line; longer lines arrive in pieces
 PR_SET_PDEATHSIG = 1

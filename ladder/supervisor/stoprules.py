@@ -17,10 +17,11 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict
 
 from ladder.checks.l4 import compile_seconds, median_step_time
-from ladder.records import CheckResult, LadderResult, Level, RunRecord, level_index
+from ladder.runs.records import RunRecord
+from ladder.checks.results import CheckResult, LadderResult, Level, level_index
 
 if TYPE_CHECKING:
-    from ladder.protocol import Protocol
+    from ladder.migration.protocol import Protocol
 
 JOURNAL_SO_FAR_SCHEMA = 1
 DIVERGENCE_CHECKS = ("loss_window", "metric", "trend")

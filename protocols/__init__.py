@@ -1,0 +1,1 @@
+"""Protocol definitions (*.toml) and agent prompts (prompts/*.md): data, shipped as `ladder.protocols`."""
