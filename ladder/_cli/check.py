@@ -37,7 +37,15 @@ def check_run(run_dir: Path, spec_path: Path | None, baseline_dir: Path | None, 
     record = RunRecord.load(run_dir)
     spec = load_spec(spec_path) if spec_path is not None and Path(spec_path).exists() else None
     protocol = load_spec_protocol(spec) if spec else load_protocol()
-    baseline = resolve_baseline(spec, baseline_dir)
+    note = None
+    if baseline_dir is None and spec is not None:
+        from ladder.baselines.store import pinned
+
+        baseline, note = pinned(spec)
+    else:
+        baseline = resolve_baseline(spec, baseline_dir)
+    if note:
+        display().info(note)
     if baseline is not None:
         from ladder.baselines.store import require_intact
 

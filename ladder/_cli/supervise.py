@@ -42,8 +42,8 @@ def show_status(st, as_json: bool) -> int:
 def supervise_cmd(
     agent: str = typer.Option(..., "--agent", help="claude-code, scripted:FILE or human."),
     max_attempts: int = typer.Option(10, "--max-attempts", min=1),
-    seeds: int = typer.Option(1, "--seeds", help="Baseline short-run seeds if no baseline is stored."),
-    full_seeds: int = typer.Option(1, "--full-seeds"),
+    seeds: int = typer.Option(5, "--seeds", help="Baseline short-run seeds, if no baseline is stored yet."),
+    full_seeds: int = typer.Option(3, "--full-seeds", help="Baseline full-run seeds, if no baseline is stored yet."),
     spec_path: Path = SPEC,
     as_json: bool = typer.Option(False, "--json"),
 ) -> int:

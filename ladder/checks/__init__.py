@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 from ladder.runs.records import RunRecord
-from ladder.checks.results import LEVELS, CheckResult, LadderResult
+from ladder.checks.results import CLIMBS, LEVELS, CheckResult, LadderResult
 
 if TYPE_CHECKING:
     from ladder.baselines.store import Baseline
@@ -73,13 +73,13 @@ def _load_builtin() -> None:
 def achieved_level(checks: list[CheckResult]) -> str | None:
     """The highest level whose checks, and all lower levels' checks, passed.
 
-    A level with no result, or with any result that is not `passed`, stops the climb: a check that
-    was not run is never counted as passed.
+    A level with no result, or with any result that is not `passed` (or `not_applicable`: the fault it
+    looks for cannot exist in this run), stops the climb: a check that was not run never counts as passed.
     """
     best = None
     for lvl in LEVELS:
         at = [c for c in checks if c.level == lvl]
-        if not at or any(c.status != "passed" for c in at):
+        if not at or any(c.status not in CLIMBS for c in at) or all(c.status == "not_applicable" for c in at):
             break
         best = lvl
     return best
@@ -98,6 +98,12 @@ def run_ladder(ctx: CheckContext, up_to: str = "L4") -> LadderResult:
             except Exception as e:  # a bug in a check must not pass a run, nor hide the other checks
                 results.append(CheckResult(level=lvl, name=name, status="failed",  # type: ignore[arg-type]
                                            evidence=f"check raised {type(e).__name__}: {e}"))
+    l3 = [c for c in results if c.level == "L3"]
+    if l3 and any(c.status not in CLIMBS for c in l3):
+        # Faster and cheaper means nothing for a run whose main result is not preserved.
+        results = [c if c.level != "L4" else not_checked("L4", c.name, "not judged: L3 did not pass (speed and cost "
+                                                                          "count only for a run that keeps the result)")
+                   for c in results]
     return LadderResult(
         run_dir=ctx.options.get("run_dir", ""),
         baseline=str(ctx.baseline.root) if ctx.baseline is not None else None,

@@ -1,9 +1,11 @@
 """L2: the run really computed on the target device, the same way as the baseline.
 
-Each check reads the merged probe report (`RunRecord.probe`, see ladder.runs.probe_report), the parsed
-log and, where it compares, the baseline's short run; thresholds come only from `protocol.l2`.
-A run without a probe report gives `not_checked` (numerics still fails on a non-finite loss in
-the log, and evaluation_complete needs only the logs).
+Each check reads the merged probe report (`RunRecord.probe`, see ladder.runs.probe_report), the parsed log
+and, where it compares, the baseline's run of the same kind, which the probe measured the same way: a
+port fails for what the reference does not do (reads it does not make, graphs it does not keep
+compiling, items it does not skip, hyperparameters it does not use), never for an absolute count.
+Thresholds come only from `protocol.l2`. A check that cannot measure says `not_checked` (or
+`not_applicable` where the fault it looks for cannot exist in this run) with the reason; never passed.
 
 Expected platforms and the probe facts that meet them:
   cpu      torch tensors seen in forward calls are all on `cpu`
@@ -16,16 +18,20 @@ Expected platforms and the probe facts that meet them:
 
 from __future__ import annotations
 
+import json
 import math
+from collections import Counter
 from typing import Any
 
 from ladder.checks import CheckContext, not_checked, register
-from ladder.runs.probe_report import classify_aten
-from ladder.runs.records import RunRecord
 from ladder.checks.results import CheckResult
+from ladder.runs.probe_report import classify_aten, compile_growth, read_rates
+from ladder.runs.records import RunRecord
 
 L = "L2"
 _JAX_GPU = {"gpu", "cuda", "rocm"}
+# Optimizer settings that choose an implementation, not the optimisation: never compared.
+_IMPLEMENTATION = {"foreach", "fused", "capturable", "differentiable", "n_params", "tensors", "name"}
 
 
 def _result(name: str, ok: bool, measured: Any, threshold: Any, evidence: str,
@@ -38,8 +44,22 @@ def _no_probe(name: str) -> CheckResult:
     return not_checked(L, name, "no probe report for this run (was it captured with the probe injected?)")
 
 
+def _not_applicable(name: str, why: str) -> CheckResult:
+    return CheckResult(level=L, name=name, status="not_applicable", evidence=why)  # type: ignore[arg-type]
+
+
+def _unfinished(run: RunRecord) -> str | None:
+    if run.ended_at is None:
+        return "the run never finished (ladder was stopped mid-run)"
+    if run.timed_out:
+        return "the run timed out"
+    if run.exit_code != 0:
+        return f"the run exited with code {run.exit_code}: its device facts are incomplete"
+    return None
+
+
 def total_steps(run: RunRecord) -> int:
-    probe_steps = (run.probe or {}).get("optimizer_steps", 0)
+    probe_steps = (run.probe or {}).get("optimizer_steps", 0) or 0
     log_steps = run.loss_curve[-1].step if run.loss_curve else 0
     return max(probe_steps, log_steps, 0)
 
@@ -49,17 +69,13 @@ def warmup_end(ctx: CheckContext, steps: int) -> int:
     return max(r.warmup_steps, math.ceil(r.warmup_fraction * steps))
 
 
-def step_from_log(run: RunRecord, t_epoch: float) -> int | None:
-    """The last logged training step at or before an epoch time. Not interpolated: a burst of
-    compilations takes time itself, and interpolating would spread one burst (the first evaluation)
-    over several "steps". Before the first logged line: 0 (set-up and warm-up); after the last: None."""
-    pts = [(p.step, run.started_at + p.t) for p in run.loss_curve]
-    if not pts or t_epoch <= pts[0][1]:
-        return 0 if pts else None
-    for (s0, _), (_, t1) in zip(pts, pts[1:]):
-        if t_epoch <= t1:
-            return s0
-    return None
+def _baseline_probe(ctx: CheckContext, name: str) -> tuple[RunRecord | None, CheckResult | None]:
+    ref = ctx.reference()
+    if ref is None:
+        return None, not_checked(L, name, "no baseline run of this kind to compare with")
+    if ref.probe is None:
+        return None, not_checked(L, name, "the baseline run has no probe report (re-record the baseline)")
+    return ref, None
 
 
 # ---------------------------------------------------------------- platform
@@ -87,7 +103,7 @@ def platform(ctx: CheckContext) -> CheckResult:
     if exp in ("cpu", "cuda", "xla", "tpu"):
         want = "xla" if exp == "tpu" else exp
         if not torch_set:
-            return CheckResult(level=L, name=name, status="undecided", threshold=exp, measured=seen,
+            return CheckResult(level=L, name=name, status="not_checked", threshold=exp, measured=seen,
                                evidence="no torch module forward call was observed, so tensor devices are unknown")
         wrong = sorted(torch_set - {want})
         if wrong:
@@ -104,7 +120,7 @@ def platform(ctx: CheckContext) -> CheckResult:
     if exp.startswith("jax-"):
         want = exp[4:]
         if not jax_set:
-            return CheckResult(level=L, name=name, status="undecided", threshold=exp, measured=seen,
+            return CheckResult(level=L, name=name, status="not_checked", threshold=exp, measured=seen,
                                evidence="no JAX backend was started in any process")
         ok_set = _JAX_GPU if want == "gpu" else {want}
         if not jax_set <= ok_set:
@@ -126,9 +142,8 @@ def cpu_fallback(ctx: CheckContext) -> CheckResult:
         return _no_probe(name)
     r = ctx.protocol.l2
     if "torch_xla" not in (probe.get("frameworks") or {}):
-        return _result(name, True, {}, r.fallback_allow,
-                       "no PyTorch/XLA in the run: no aten:: fallback mechanism to count "
-                       "(a JAX or eager-torch run that left the device fails the platform check)")
+        return _not_applicable(name, "no PyTorch/XLA in the run: it has no aten:: fallback to count (a run that "
+                                     "left its device fails the platform check)")
     cls = classify_aten(probe.get("aten_counters") or {}, r.fallback_allow, r.host_sync_ops)
     steps = max(total_steps(ctx.run), 1)
     bad = cls["fallback"]
@@ -141,112 +156,107 @@ def cpu_fallback(ctx: CheckContext) -> CheckResult:
 
 # ---------------------------------------------------------------- recompilation
 
-def _events_with_steps(run: RunRecord) -> list[dict[str, Any]]:
-    out = []
-    for e in (run.probe or {}).get("compile_events") or []:
-        step = e.get("step")
-        # JAX has no optimizer hook: map through the log's times. A compile after the last logged
-        # step (a final evaluation) is placed after training.
-        if step is None:
-            step = step_from_log(run, e["t"])
-            if step is None:
-                step = total_steps(run) + 1
-        out.append({**e, "step": step})
-    return out
-
-
 @register(L, "recompilation")
 def recompilation(ctx: CheckContext) -> CheckResult:
-    """Dynamo says when it recompiles. JAX and PyTorch/XLA only say that they compiled: a new graph
-    after warm-up (the first evaluation, the last step) is normal, so compilation counts as not having
-    stopped when compiles after warm-up happen at more distinct steps than the protocol allows
-    ([l2].max_compile_steps_after_warmup). JAX names the function, which the evidence reports."""
+    """Compilation must stop: a faithful program compiles while it warms up, once more for evaluation and
+    perhaps for its last step, and then runs what it compiled. A program whose set of graphs keeps
+    growing compiles in the second half of its training steps too. The rule counts the distinct steps
+    of the second half (after warm-up, outside evaluation, before the last step) at which new graphs
+    appeared, per process, and allows what the reference does there plus [l2].max_late_compile_steps.
+    It does not depend on the program's schedule: only on where in training the compiles fall."""
     name = "recompilation"
     probe = ctx.run.probe
     if probe is None:
         return _no_probe(name)
+    why = _unfinished(ctx.run)
+    if why:
+        return not_checked(L, name, why)
+    rules = ctx.protocol.l2
     steps = total_steps(ctx.run)
     w = warmup_end(ctx, steps)
-    limit = ctx.protocol.l2.max_compile_steps_after_warmup
-    events = _events_with_steps(ctx.run)
-    threshold = {"warmup_end_step": w, "max_compile_steps_after_warmup": limit}
-    late = [e for e in events if e["step"] > w]
-    problems: list[str] = []
+    growth = [g for g in compile_growth(ctx.run, w) if g.steps >= 2]
+    events = probe.get("compile_events") or []
     gave_up = [e for e in events if e["source"] == "dynamo" and e["kind"] == "recompile_limit"]
+    problems: list[str] = []
     if gave_up:  # whenever it happens: from then on the function runs uncompiled
         e = gave_up[0]
-        problems.append(f"torch.compile gave up on {e['function']} at step {e['step']}: {e['cause']} "
+        problems.append(f"torch.compile gave up on {e['function']} at step {e.get('step')}: {e['cause']} "
                         "(it recompiled on every call until the limit, then ran eagerly)")
-    dyn = [e for e in late if e["source"] == "dynamo" and e["kind"] == "recompile"]
-    if dyn:
-        e = dyn[0]
-        problems.append(f"torch.compile recompiled {len(dyn)}x after warm-up; first: {e['function']} at step "
-                        f"{e['step']}, guard failure: {e['cause']}")
-    for source, label in (("jax", "JAX"), ("xla", "PyTorch/XLA")):
-        compiles = [e for e in late if e["source"] == source and e["kind"] == "compile"]
-        at = sorted({e["step"] for e in compiles})
-        if len(at) <= limit:
-            continue
-        text = (f"{label} compiled {len(compiles)}x after warm-up at {len(at)} different steps "
-                f"({', '.join(map(str, at[:10]))}{'...' if len(at) > 10 else ''}; at most {limit} allowed): "
-                f"compilation did not stop, e.g. shapes or static values change per step")
-        fns = [e["function"] for e in compiles if e.get("function")]
-        if fns:
-            top = max(set(fns), key=fns.count)
-            text += f"; most compiled: {top} ({fns.count(top)}x)"
-        problems.append(text)
-    details = {"warmup_end_step": w, "steps": steps, "compiles": probe.get("compiles"),
-               "after_warmup": [{k: e.get(k) for k in ("source", "kind", "step", "function", "cause")}
-                                for e in late[:50]]}
-    measured = {"after_warmup": len([e for e in late if e["kind"] != "graph_break"])}
+    ref = ctx.reference()
+    ref_late = 0
+    if ref is not None and ref.probe is not None:
+        ref_late = max((len(g.second_half_steps) for g in compile_growth(ref, warmup_end(ctx, total_steps(ref)))),
+                       default=0)
+    allowed = ref_late + rules.max_late_compile_steps
+    worst = max(growth, key=lambda g: len(g.second_half_steps), default=None)
+    measured = {"late_compile_steps": len(worst.second_half_steps) if worst else 0,
+                "first_half_compiles": worst.first_half if worst else 0}
+    threshold = {"allowed_late_compile_steps": allowed, "reference_late_compile_steps": ref_late,
+                 "warmup_end_step": w}
+    if worst is not None and len(worst.second_half_steps) > allowed:
+        at = worst.second_half_steps
+        fns = [e.get("function") or e["source"] for e in worst.events]
+        top = max(set(fns), key=fns.count) if fns else "?"
+        causes = [e.get("cause") for e in worst.events if e.get("cause")]
+        problems.append(
+            f"new graphs kept appearing in the second half of training: at {len(at)} different steps "
+            f"({', '.join(map(str, at[:8]))}{'...' if len(at) > 8 else ''}) of steps {worst.steps // 2 + 1}-"
+            f"{worst.steps - 1}, against {ref_late} in the reference (allowed {allowed}); most compiled: {top} "
+            f"({fns.count(top)}x)" + (f"; cause: {causes[0]}" if causes else "")
+            + " — shapes or Python values that change per step are baked into the graph")
+    details = {"processes": [{"pid": g.pid, "steps": g.steps, "first_half": g.first_half,
+                              "second_half_steps": g.second_half_steps[:50], "allowed_events": g.allowed}
+                             for g in growth], "compiles": probe.get("compiles")}
     if problems:
         return _result(name, False, measured, threshold, "; ".join(problems), details)
-    n_breaks = probe.get("compiles", {}).get("dynamo_graph_breaks", 0)
+    if not growth:
+        return not_checked(L, name, "the probe saw no training steps to place compilations in")
+    n_breaks = (probe.get("compiles") or {}).get("dynamo_graph_breaks", 0)
     note = f"; {n_breaks} torch.compile graph breaks" if n_breaks else ""
     return _result(name, True, measured, threshold,
-                   f"no recompilation after warm-up (step {w}); {len(late)} new graph(s) after it{note}", details)
+                   f"compilation stopped: {measured['late_compile_steps']} step(s) with new graphs in the second "
+                   f"half of training (allowed {allowed}), {measured['first_half_compiles']} after warm-up in the "
+                   f"first half{note}", details)
 
 
-# ---------------------------------------------------------------- host syncs
-
-def _syncs_per_step(run: RunRecord) -> tuple[float, str] | None:
-    """Transfers from device per step, and what they were; None when the run has no device counter."""
-    probe = run.probe or {}
-    fw = probe.get("frameworks") or {}
-    host = probe.get("host_transfers") or {}
-    steps = max(total_steps(run), 1)
-    if "torch_xla" in fw:
-        n = host.get("transfer_from_device", 0)
-        return n / steps, (f"{n} PyTorch/XLA transfers from device over {steps} steps, "
-                           f"{host.get('host_sync_ops', 0)} of them .item()/.tolist() (aten::_local_scalar_dense)")
-    if "jax" in fw and host.get("jax_host_reads") is not None and (probe.get("platforms") or {}).get("jax"):
-        n = host.get("jax_host_reads", 0)
-        return n / steps, f"{n} jax.Array reads to host (float(), np.asarray, print) over {steps} steps"
-    return None
-
+# ---------------------------------------------------------------- host reads
 
 @register(L, "host_syncs")
 def host_syncs(ctx: CheckContext) -> CheckResult:
+    """Reads of device values into Python per training step (`.item()`, `.cpu()`, `float()`, a jax.Array
+    read, a host callback), counted by the probe on every platform, evaluation and the end of the run
+    apart, per process (the busiest counts). A port fails only for reads the reference does not make:
+    above the reference's rate x [l2].host_read_slack + [l2].host_read_margin."""
     name = "host_syncs"
     probe = ctx.run.probe
     if probe is None:
         return _no_probe(name)
-    r = ctx.protocol.l2
-    mine = _syncs_per_step(ctx.run)
+    why = _unfinished(ctx.run)
+    if why:
+        return not_checked(L, name, why)
+    mine = read_rates(ctx.run)
     if mine is None:
-        if set((probe.get("platforms") or {}).get("torch") or []) == {"cpu"}:
-            return _result(name, True, 0.0, None, "the run computed on the host: there is no device to sync with")
-        return not_checked(L, name, "the probe counts host transfers only for PyTorch/XLA and JAX")
-    ref = ctx.reference()
-    base = _syncs_per_step(ref) if ref is not None and ref.probe is not None else None
-    if base is not None:
-        bound, why = r.host_sync_slack * base[0], f"{r.host_sync_slack}x the baseline's {base[0]:.3f}/step"
-    else:
-        bound, why = r.max_host_syncs_per_step, "protocol bound (the baseline has no device counters)"
-    per, what = mine
-    ok = per <= bound
-    return _result(name, ok, round(per, 4), round(bound, 4),
-                   f"{per:.3f} transfers from device per step ({what}) {'<=' if ok else '>'} {bound:.3f}, {why}")
+        return not_checked(L, name, "the run's probe did not count host reads (written by an older ladder)")
+    ref, missing = _baseline_probe(ctx, name)
+    if missing:
+        return missing
+    theirs = read_rates(ref)
+    if theirs is None:
+        return not_checked(L, name, "the baseline's probe did not count host reads (re-record the baseline)")
+    if not mine:
+        return not_checked(L, name, "the probe saw fewer than 2 training steps in every process")
+    rules = ctx.protocol.l2
+    worst = max(mine, key=lambda r: r.per_step)
+    base = max((r.per_step for r in theirs), default=0.0)
+    bound = base * rules.host_read_slack + rules.host_read_margin
+    ok = worst.per_step <= bound
+    ref_desc = max(theirs, key=lambda r: r.per_step).describe() if theirs else "no training steps"
+    ev = (f"run: {worst.describe()}{' in pid ' + str(worst.pid) if len(mine) > 1 else ''}; reference: {ref_desc}; "
+          f"bound {base:.3f} x {rules.host_read_slack} + {rules.host_read_margin} = {bound:.3f}")
+    if not ok:
+        ev = "the port reads device values the reference does not read: " + ev
+    return _result(name, ok, round(worst.per_step, 4), round(bound, 4), ev,
+                   {"run": [r.__dict__ for r in mine], "baseline": [r.__dict__ for r in theirs]})
 
 
 # ---------------------------------------------------------------- numerics
@@ -256,85 +266,234 @@ def numerics(ctx: CheckContext) -> CheckResult:
     name = "numerics"
     run = ctx.run
     bad_loss = list(run.nonfinite_losses) + [p for p in run.loss_curve if not math.isfinite(p.loss)]
-    bad_params = (run.probe or {}).get("nonfinite_params") or []
+    bad_evals = [e for e in run.evals if any(not math.isfinite(v) for v in e.values.values())]
+    probe = run.probe or {}
+    bad_params = probe.get("nonfinite_params") or []
+    gn = ((probe.get("grad_norms") or {}).get("values")) or []
+    bad_grads = [p for p in gn if isinstance(p[1], str) or (isinstance(p[1], float) and not math.isfinite(p[1]))]
+    skipped = int(probe.get("skipped_steps") or 0)
+    ref = ctx.reference()
+    ref_skipped = int(((ref.probe if ref else None) or {}).get("skipped_steps") or 0)
     problems = []
     if bad_loss:
         first = min(bad_loss, key=lambda p: p.step)
         problems.append(f"non-finite loss ({first.loss}) first at step {first.step}, {len(bad_loss)} logged")
+    if run.metric is not None and not math.isfinite(run.metric):
+        problems.append(f"the headline metric is {run.metric}")
+    if bad_evals:
+        problems.append(f"non-finite evaluation values at step {bad_evals[0].step}")
     if bad_params:
         problems.append(f"non-finite parameters at exit: {', '.join(bad_params[:5])}")
+    if bad_grads:
+        problems.append(f"non-finite gradient norm at step {bad_grads[0][0]} ({len(bad_grads)} of the recorded steps): "
+                        "the loss line may look finite while the update is not")
+    if skipped > ref_skipped:
+        problems.append(f"{skipped} optimizer steps skipped for non-finite gradients (GradScaler), the reference "
+                        f"skipped {ref_skipped}")
+    measured = {"nonfinite_losses": len(bad_loss), "nonfinite_params": len(bad_params),
+                "nonfinite_grad_norms": len(bad_grads), "skipped_steps": skipped}
     if problems:
-        return _result(name, False, {"nonfinite_losses": len(bad_loss), "nonfinite_params": len(bad_params)},
-                       0, "; ".join(problems))
+        return _result(name, False, measured, 0, "; ".join(problems))
+    why = _unfinished(run)
+    if why:
+        return not_checked(L, name, f"{why}; nothing non-finite in what it logged")
     if run.probe is None:
         return _no_probe(name)
-    checked = "losses and parameters" if (run.probe.get("nonfinite_params") is not None and
-                                          any((p.get("options") or {}).get("param_nonfinite")
-                                              for p in run.probe.get("processes", []))) else "losses"
-    return _result(name, True, 0, 0, f"all {run.loss_lines or len(run.loss_curve)} logged {checked} finite")
+    checked = ["losses"] + (["gradient norms"] if gn else []) + (
+        ["parameters"] if probe.get("nonfinite_params") is not None and any(
+            (p.get("options") or {}).get("param_nonfinite") for p in probe.get("processes", [])) else [])
+    return _result(name, True, measured, 0, f"all {run.loss_lines or len(run.loss_curve)} logged {', '.join(checked)} "
+                                            f"finite; {skipped} skipped steps (reference {ref_skipped})")
 
 
 # ---------------------------------------------------------------- evaluation complete
 
+def probe_eval_items(run: RunRecord) -> list[int] | None:
+    """Items the program evaluated, per evaluation, as the probe counted them: the batches a torch module in
+    eval mode saw, or the rows of jitted functions called only at evaluation steps. None when it cannot tell."""
+    probe = run.probe or {}
+    windows = probe.get("eval_windows") or []
+    if windows:
+        return [int(w.get("items") or 0) for w in windows]
+    from ladder.runs.probe_report import eval_steps, main_process
+
+    main = main_process(probe)
+    if main is None or not (main.get("jax") or {}).get("functions"):
+        return None
+    evals = eval_steps(run, main)
+    steps = int((main.get("clock") or {}).get("steps") or 0)
+    if not evals or not steps:
+        return None
+    per_eval: dict[int, int] = {}
+    for f in main["jax"]["functions"]:
+        if f.get("train"):
+            continue
+        rows = {int(s): (int(c), int(r)) for s, c, r in f.get("by_step") or []}
+        at = set(rows)
+        outside = {s for s in at if s not in evals and s < steps}
+        if not at or outside:  # called during training too: not an evaluation function
+            continue
+        for s, (_, r) in rows.items():
+            per_eval[s] = per_eval.get(s, 0) + r
+    return [per_eval[s] for s in sorted(per_eval)] or None
+
+
+def _has(run: RunRecord, *module_names: str) -> bool:
+    seen = set()
+    for p in (run.probe or {}).get("processes") or []:
+        seen.update((p.get("torch") or {}).get("modules") or [])
+    return any(any(m.startswith(n) for m in seen) for n in module_names)
+
+
 @register(L, "evaluation_complete")
 def evaluation_complete(ctx: CheckContext) -> CheckResult:
+    """Every evaluation the reference made, over as many items, in eval mode. Items come from the log when
+    it prints them, else from the probe (torch: batches seen by a module in eval mode; JAX: rows given to
+    jitted functions that run only at evaluation); eval mode from the probe's evaluation windows."""
     name = "evaluation_complete"
     ref = ctx.reference()
     if ref is None:
-        return not_checked(L, name, "no baseline short run to compare the evaluations with")
+        return not_checked(L, name, "no baseline run of this kind to compare the evaluations with")
+    why = _unfinished(ctx.run)
+    if why:
+        return not_checked(L, name, why)
     mine, theirs = ctx.run.evals, ref.evals
-    measured = {"events": len(mine), "items": [e.items for e in mine]}
-    threshold = {"events": len(theirs), "items": [e.items for e in theirs]}
+    measured: dict[str, Any] = {"events": len(mine), "items": [e.items for e in mine]}
+    threshold: dict[str, Any] = {"events": len(theirs), "items": [e.items for e in theirs]}
     if len(mine) != len(theirs):
         return _result(name, False, measured, threshold,
                        f"{len(mine)} evaluation events, the baseline logged {len(theirs)}")
-    if ctx.protocol.l2.eval_items_must_match:
+    rules = ctx.protocol.l2
+    if rules.eval_items_must_match:
         for i, (a, b) in enumerate(zip(mine, theirs)):
             if a.items is not None and b.items is not None and a.items != b.items:
                 return _result(name, False, measured, threshold,
                                f"evaluation {i + 1} (step {a.step}) covered {a.items} items, the baseline's {b.items}")
-    return _result(name, True, measured, threshold, f"{len(mine)} evaluation events, items as in the baseline")
+    how = "items from the log" if mine and all(e.items is not None for e in mine + theirs) else None
+    ref_windows = (ref.probe or {}).get("eval_windows") or []
+    run_is_torch = "torch" in ((ctx.run.probe or {}).get("frameworks") or {}) and not (
+        "jax" in ((ctx.run.probe or {}).get("frameworks") or {}))
+    if ref_windows and run_is_torch and ctx.run.probe is not None and not (ctx.run.probe.get("eval_windows")):
+        if _has(ctx.run, "Dropout", "BatchNorm", "SyncBatchNorm"):
+            return _result(name, False, measured, threshold,
+                           "the run evaluated without switching its model to eval mode (model.eval() is missing): "
+                           "its dropout or batch-norm layers stayed in training mode during evaluation; the "
+                           f"reference did switch ({len(ref_windows)} evaluation windows)")
+    if how is None:
+        a, b = probe_eval_items(ctx.run), probe_eval_items(ref)
+        measured["probe_items"], threshold["probe_items"] = a, b
+        if a is not None and b is not None:
+            if len(a) == len(b) and any(x != y for x, y in zip(a, b)):
+                i = next(k for k, (x, y) in enumerate(zip(a, b)) if x != y)
+                return _result(name, False, measured, threshold,
+                               f"evaluation {i + 1} covered {a[i]} items, the reference's {b[i]} (counted by the probe)")
+            if sum(a) != sum(b) and len(a) != len(b):
+                return _result(name, False, measured, threshold,
+                               f"the evaluations covered {sum(a)} items in all, the reference's {sum(b)} (counted by the probe)")
+            how = "items counted by the probe"
+    if how is None:
+        return _result(name, True, measured, threshold,
+                       f"{len(mine)} evaluation events as in the baseline (cadence only: neither the log nor the probe "
+                       "gives item counts for both runs)")
+    return _result(name, True, measured, threshold, f"{len(mine)} evaluation events, {how} as in the baseline")
 
 
 # ---------------------------------------------------------------- optimizer unchanged
 
 _KEY_ALIASES = {"learning_rate": "lr"}
+_NAME_ALIASES = {"scale_by_adam": "adam"}
 
 
-def normalise_optimizer(o: dict[str, Any]) -> dict[str, Any]:
-    """A framework-neutral view: lower-case name, torch key names, neutral values (0, False, None) as None,
-    so torch's SGD(momentum=0) and optax.sgd(momentum=None) compare equal."""
-    groups = []
+def _neutral(v: Any) -> Any:
+    return None if v in (0, 0.0, False, None) and not isinstance(v, list) else v
+
+
+def tensor_settings(o: dict[str, Any], ignore: list[str]) -> list[tuple[str, tuple[int, ...], str | None, dict[str, Any]]]:
+    """One entry per parameter tensor: (framework-neutral shape key, shape, name, settings). The shape key is
+    the sorted dimensions, so torch's [out, in] and flax's [in, out] kernels match; settings are the
+    optimisation's hyperparameters in torch's words (lr and the protocol's ignored keys left out)."""
+    framework = o.get("framework")
+    cls_name = str(o.get("name", "?")).lower()
+    out = []
     for g in o.get("param_groups") or []:
         h: dict[str, Any] = {}
         for k, v in g.items():
-            h[_KEY_ALIASES.get(k, k)] = v
+            k = _KEY_ALIASES.get(k, k)
+            if k in ignore or k in _IMPLEMENTATION or k == "decay_mode":
+                continue
+            h[k] = v
         if "b1" in h and "b2" in h:
             h["betas"] = [h.pop("b1"), h.pop("b2")]
-        groups.append({k: (None if v in (0, 0.0, False, None) and not isinstance(v, list) else v)
-                       for k, v in h.items()})
-    return {"name": str(o.get("name", "?")).lower(), "framework": o.get("framework"), "groups": groups}
+        name = _NAME_ALIASES.get(str(g.get("name") or cls_name).lower(), str(g.get("name") or cls_name).lower())
+        wd = _neutral(h.get("weight_decay"))
+        h["weight_decay"] = wd
+        if wd:
+            if framework == "torch":
+                mode = "decoupled" if name == "adamw" or g.get("decoupled_weight_decay") else "coupled"
+            else:
+                mode = g.get("decay_mode") or "coupled"
+            h["weight_decay_mode"] = mode
+        h.pop("decoupled_weight_decay", None)
+        h["optimizer"] = name
+        settings = {k: _neutral(v) for k, v in h.items()}
+        for tname, shape in g.get("tensors") or []:
+            shape = tuple(int(x) for x in shape)
+            out.append((repr(tuple(sorted(shape))), shape, tname, settings))
+    return out
+
+
+def _settings_text(s: dict[str, Any]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in sorted(s.items()) if v is not None and k != "optimizer") or "no decay"
 
 
 def optimizer_diff(mine: dict[str, Any], theirs: dict[str, Any], ignore: list[str]) -> list[str]:
-    a, b = normalise_optimizer(mine), normalise_optimizer(theirs)
-    diffs = []
-    if a["name"] != b["name"]:
-        diffs.append(f"optimizer {b['name']} -> {a['name']}")
-    same_framework = a["framework"] == b["framework"]
-    if same_framework and len(a["groups"]) != len(b["groups"]):
-        diffs.append(f"param groups {len(b['groups'])} -> {len(a['groups'])}")
-    for i, (ga, gb) in enumerate(zip(a["groups"], b["groups"])):
-        # Across frameworks only shared hyperparameters compare: torch's implementation flags
-        # (foreach, fused, decoupled_weight_decay, ...) have no optax counterpart, and what they imply
-        # is already in the optimizer's name (adamw vs adam).
-        keys = set(ga) | set(gb) if same_framework else set(ga) & set(gb)
-        for k in sorted(keys):
-            if k in ignore:
-                continue
-            va, vb = ga.get(k), gb.get(k)
-            if va != vb:
-                diffs.append(f"group {i} {k}: {vb!r} -> {va!r}")
+    """Differences of the optimisation, tensor by tensor: the optimizer, each hyperparameter that
+    differs (reference value -> port value, with the tensors it applies to), weight-decay coverage, and
+    gradient clipping."""
+    a, b = tensor_settings(mine, ignore), tensor_settings(theirs, ignore)
+    diffs: list[str] = []
+    if not a or not b:
+        names = (str(mine.get("name", "?")).lower(), str(theirs.get("name", "?")).lower())
+        if names[0] != names[1]:
+            diffs.append(f"optimizer {names[1]} -> {names[0]}")
+        return diffs
+    opt_a = sorted({s["optimizer"] for *_, s in a})
+    opt_b = sorted({s["optimizer"] for *_, s in b})
+    if opt_a != opt_b:
+        diffs.append(f"optimizer {'+'.join(opt_b)} -> {'+'.join(opt_a)}")
+    shared = set.intersection(*[set(s) for *_, s in a + b]) if mine.get("framework") != theirs.get("framework") \
+        else set.union(*[set(s) for *_, s in a + b])
+    shared |= {"weight_decay", "weight_decay_mode"}
+
+    def proj(entries):
+        return Counter((k, json.dumps({kk: s.get(kk) for kk in sorted(shared) if kk != "optimizer"}, sort_keys=True))
+                       for k, _, _, s in entries)
+
+    ca, cb = proj(a), proj(b)
+    if sorted(k for k, *_ in a) != sorted(k for k, *_ in b):
+        diffs.append(f"the parameters differ: the reference optimizes {len(b)} tensors, the run {len(a)} "
+                     "(not the same shapes)")
+    else:
+        only_ref, only_run = cb - ca, ca - cb
+        by_change: dict[tuple[str, str], list[str]] = {}
+        for (key, sref), n in only_ref.items():
+            runs = [s for (k2, s), _ in only_run.items() if k2 == key]
+            srun = runs[0] if runs else "{}"
+            names_ref = [t for k, _, t, s in b if k == key and json.dumps(
+                {kk: s.get(kk) for kk in sorted(shared) if kk != "optimizer"}, sort_keys=True) == sref]
+            names_run = [t for k, _, t, s in a if k == key and json.dumps(
+                {kk: s.get(kk) for kk in sorted(shared) if kk != "optimizer"}, sort_keys=True) == srun]
+            dref, drun = json.loads(sref), json.loads(srun)
+            changed = [k for k in sorted(set(dref) | set(drun)) if dref.get(k) != drun.get(k)]
+            what = "; ".join(f"{k} {dref.get(k)!r} -> {drun.get(k)!r}" for k in changed)
+            by_change.setdefault((what, key), []).append(
+                f"{', '.join(str(x) for x in names_ref[:n][:3])} (run: {', '.join(str(x) for x in names_run[:n][:3])})")
+        for (what, key), tensors in list(by_change.items())[:6]:
+            diffs.append(f"{what} on {len(tensors)} group(s) of tensors of shape {key}: {'; '.join(tensors[:2])}")
+    clip_a, clip_b = (mine.get("clip") or {}).get("max_norm"), (theirs.get("clip") or {}).get("max_norm")
+    if clip_a != clip_b:
+        diffs.append(f"gradient clipping (global norm) {clip_b if clip_b is not None else 'none'} -> "
+                     f"{clip_a if clip_a is not None else 'none'}")
     return diffs
 
 
@@ -344,15 +503,14 @@ def optimizer_unchanged(ctx: CheckContext) -> CheckResult:
     probe = ctx.run.probe
     if probe is None:
         return _no_probe(name)
-    ref = ctx.reference()
-    if ref is None or ref.probe is None:
-        return not_checked(L, name, "no baseline probe report to compare the optimizer with")
+    ref, missing = _baseline_probe(ctx, name)
+    if missing:
+        return missing
     mine, theirs = probe.get("optimizers") or [], ref.probe.get("optimizers") or []
     if not theirs:
         return not_checked(L, name, "the baseline's probe saw no optimizer")
     if not mine:
-        return CheckResult(level=L, name=name, status="undecided", threshold=theirs[0].get("class"),
-                           evidence=f"no optimizer observed in the run (the baseline used {theirs[0].get('class')}); "
+        return not_checked(L, name, f"no optimizer observed in the run (the baseline used {theirs[0].get('class')}); "
                                     "a hand-written update is invisible to the probe")
     ignore = ctx.protocol.l2.optimizer_ignore
     diffs = optimizer_diff(mine[0], theirs[0], ignore)
@@ -361,9 +519,13 @@ def optimizer_unchanged(ctx: CheckContext) -> CheckResult:
         diffs.append(f"hyperparameters changed during the run at step {changed[0]['step']} (not in the baseline)")
     if len(mine) != len(theirs):
         diffs.append(f"{len(theirs)} optimizer(s) in the baseline, {len(mine)} in the run")
-    measured = {"class": mine[0].get("class"), "param_groups": mine[0].get("param_groups")}
-    threshold = {"class": theirs[0].get("class"), "param_groups": theirs[0].get("param_groups"), "ignore": ignore}
+    measured = {"class": mine[0].get("class"), "groups": len(mine[0].get("param_groups") or []),
+                "clip": mine[0].get("clip")}
+    threshold = {"class": theirs[0].get("class"), "groups": len(theirs[0].get("param_groups") or []),
+                 "clip": theirs[0].get("clip"), "ignore": ignore}
+    details = {"run": mine[0], "baseline": theirs[0], "diff": diffs}
     if diffs:
-        return _result(name, False, measured, threshold, "; ".join(diffs), {"diff": diffs})
+        return _result(name, False, measured, threshold, "the optimisation changed: " + "; ".join(diffs), details)
     return _result(name, True, measured, threshold,
-                   f"{mine[0].get('class')} with the baseline's hyperparameters (ignoring {', '.join(ignore)})")
+                   f"{mine[0].get('class')}: every parameter tensor has the reference's hyperparameters, weight decay "
+                   f"and clipping (ignoring {', '.join(ignore)})", details)

@@ -1,9 +1,10 @@
 """L3: the main result (the full run's headline metric) is preserved against the baseline's full run(s).
 
 Which rule decides, in order: a hidden target (protocol [l3].hidden_target, XStack mode: value and
-tolerance in a file beside the baseline, never in the code under test's copy); else the calibrated
-band of the baseline's full runs (when there are at least [calibrated].min_seeds of them); else the
-fixed rule against the one full run. The other applicable rules are reported beside the deciding one.
+tolerance in a file beside the baseline, never in the code under test's copy); else, under the
+protocol's calibrated rule, the band of the baseline's full runs (with fewer than min_seeds of them, the
+short seeds' relative spread around the full runs' mean, said so; with neither, undecided); else (the
+protocol's fixed rule) the fixed rule against the full run. The other rules are reported beside it.
 Without a full run there is nothing to judge: not_checked.
 """
 
@@ -85,10 +86,11 @@ def main_result(ctx: CheckContext) -> CheckResult:
         lines.append(f"fixed rule: {run.metric:.5g} vs baseline full run {ref.metric:.5g} (seed {ref.seed}), "
                      f"{_signed_change(run.metric, ref.metric, direction)}, within {tol:.0%}: {d <= tol}")
     verdict = None
-    if len(fulls) >= ctx.protocol.calibrated.min_seeds:
-        from ladder.checks.stats import calibrated_metric
+    if ctx.protocol.l1.rule == "calibrated" and fulls:
+        from ladder.checks.stats import Seeds, calibrated_metric
 
-        verdict = calibrated_metric(run, fulls, ctx.protocol)
+        shorts = [] if ctx.baseline is None else list(ctx.baseline.short_runs)
+        verdict = calibrated_metric(run, Seeds(list(fulls), shorts, "short"), ctx.protocol)
         details["calibrated"] = verdict.as_dict()
         lines.insert(0, verdict.explain())
 
@@ -119,6 +121,6 @@ def main_result(ctx: CheckContext) -> CheckResult:
         return CheckResult(level="L3", name=NAME, status="passed" if ok else "failed",
                            measured=round(details["fixed_rule"]["rel_diff"], 6),
                            threshold=ctx.protocol.l3.metric_rel_tol,
-                           evidence=" | ".join(lines) + f" | {len(fulls)} baseline full run(s): the fixed rule applies",
+                           evidence=" | ".join(lines) + " | the protocol's rule is the fixed rule",
                            details=details)
     return not_checked("L3", NAME, "the baseline has no full run with a metric to compare with")

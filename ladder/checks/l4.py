@@ -1,10 +1,12 @@
 """L4: L3 holds and the run is faster and cheaper than the baseline's full run.
 
-Faster: the median time per optimizer step, from the loss lines' timestamps (interval / steps between
-the lines, the first [l4].skip_first_intervals intervals left out: they hold compilation and warm-up).
-Wall time and compile time (from the probe report, when it recorded any) are reported beside it, not
-folded in. Cheaper: hours of wall time x price_per_hour x chips, as recorded in each RunRecord.
-"L3 holds" is the ladder's climb (achieved_level); this check judges speed and cost only.
+Faster: the median time per training step: from the probe's step clock when it has one (the time
+between optimizer steps), else from the loss lines' timestamps (interval / steps between the lines);
+either way without the intervals that hold an evaluation, and without the first
+[l4].skip_first_intervals intervals (compilation and warm-up). Wall time and compile time (from the
+probe report, when it recorded any) are reported beside it, not folded in. Cheaper: hours of wall time x
+price_per_hour x chips, as recorded in each RunRecord. "L3 holds" is the ladder's climb: when an L3 check
+did not pass, run_ladder turns this check into not_checked (speed is not judged for a wrong result).
 """
 
 from __future__ import annotations
@@ -21,9 +23,21 @@ NAME = "faster_cheaper"
 
 
 def median_step_time(run: RunRecord, skip_first: int) -> float | None:
-    """Median seconds per step between consecutive loss lines; None with fewer than one usable interval."""
-    pts = sorted(run.loss_curve, key=lambda p: p.step)
-    per_step = [(b.t - a.t) / (b.step - a.step) for a, b in zip(pts, pts[1:]) if b.step > a.step]
+    """Median seconds per training step, evaluation excluded; None with no usable interval."""
+    from ladder.runs.probe_report import eval_steps, main_process
+
+    main = main_process(run.probe or {})
+    times = ((main or {}).get("clock") or {}).get("step_times") or []
+    if len(times) > skip_first + 2:
+        evals = eval_steps(run, main)
+        pts = [(int(s), float(t)) for s, t in times]
+        per_step = [(t1 - t0) / (s1 - s0) for (s0, t0), (s1, t1) in zip(pts, pts[1:])
+                    if s1 > s0 and not any(s0 <= e < s1 for e in evals)]
+    else:
+        evals = {e.step for e in run.evals if e.step is not None}
+        pts2 = sorted(run.loss_curve, key=lambda p: p.step)
+        per_step = [(b.t - a.t) / (b.step - a.step) for a, b in zip(pts2, pts2[1:])
+                    if b.step > a.step and not any(a.step <= e < b.step for e in evals)]
     per_step = per_step[skip_first:]
     return statistics.median(per_step) if per_step else None
 

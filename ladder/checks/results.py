@@ -12,7 +12,10 @@ from pydantic import BaseModel, Field
 
 LEVELS = ("L0", "L1", "L2", "L3", "L4")
 Level = Literal["L0", "L1", "L2", "L3", "L4"]
-CheckStatus = Literal["passed", "failed", "not_checked", "undecided"]
+CheckStatus = Literal["passed", "failed", "not_checked", "not_applicable", "undecided"]
+# not_applicable: the fault the check looks for cannot exist in this run (no PyTorch/XLA, no aten::
+# fallback); it does not stop the climb. not_checked: the check could not measure; it stops the climb.
+CLIMBS = ("passed", "not_applicable")
 
 
 class CheckResult(BaseModel):

@@ -1,8 +1,7 @@
 """Calibrated verdicts: is a run different from the baseline beyond the baseline seeds' own noise?
 
-Owns the statistical rule behind L1 (and L3's band) when the baseline holds several seeds. Must not
-read files or run anything: it judges RunRecords it is given. Every number it uses comes from the
-protocol's [calibrated] section.
+Owns the statistical rule behind L1 (and L3's band). Must not read files or run anything: it judges
+RunRecords it is given. Every number it uses comes from the protocol's [calibrated] section.
 
 The rule (one quantity x: a loss-window mean, a metric, or a block of the loss curve)
   The baseline's K seeds give x_1..x_K with mean m and sample sd s. A faithful run is one more draw
@@ -18,27 +17,35 @@ The rule (one quantity x: a loss-window mean, a metric, or a block of the loss c
   borderline run is thus judged at most twice (with the seeds it had, then with max_seeds): asking for
   one seed at a time would re-test it at every seed, and each look adds its own false alarms.
 
-The curve check. Every curve (the seeds' and the run's) is put on the baseline's logged steps over the
-common range (linear interpolation), smoothed with a centred moving average over smoothing_fraction
-of the points (at least 3, shrinking at the ends), and cut into curve_segments equal blocks of
-points; each block's mean is one quantity of the rule above (n = curve_segments). The per-step
-envelope (the same rule applied step by step to the smoothed curves) is reported as evidence: where
-the run first leaves it. A non-finite loss in the run fails the loss checks outright: NaN is not noise.
+Seeds that do not vary. Runs that are bit-identical (a program that seeds itself from a constant, run
+without `{seed}` or `[probe] seed`) carry no noise estimate: the verdict is not_checked with that reason,
+never a band made of the floor alone.
+
+A full run with fewer than min_seeds full seeds borrows its spread from the short seeds: the same
+quantity's relative sd over the short seeds, scaled to the full seeds' mean, with the short seeds'
+degrees of freedom; the evidence says so. Without enough seeds of either kind the verdict is undecided.
 
 Margins. Each quantity has a margin (a fraction of the seeds' mean, protocol [calibrated] *_margin_rel):
 the band is never narrower than it. A difference must be both beyond the seeds' noise and beyond what
-the protocol calls near; with NCSU that is its own 5% / 1%, so the calibrated rule never flags what the
-fixed rule, given a noise-free reference, would accept.
+the protocol calls near; with NCSU that is its own 5% / 1%.
+
+The curve check. Every curve (the seeds' and the run's) is put on the baseline's logged steps over the
+common range (linear interpolation), smoothed with a centred moving average over smoothing_fraction
+of the points (at least 3, shrinking at the ends), and cut into equal blocks of points: curve_segments
+of them, fewer when the log has few points (at least 2 points per block); fewer than 2 blocks is
+not_checked (log the loss more often). Each block's mean is one quantity of the rule above. The per-step
+envelope is reported as evidence: where the run first leaves it. A non-finite loss in the run fails.
+The first logged loss (the initialisation) is compared apart and reported as a finding, not a verdict.
 
 The gradient-norm curve. The probe records, at each optimizer step, the global norms of the gradient the
-optimizer is handed (after any clipping done before it) and of the parameters. When the run and at
-least two seeds carry them, the curve check judges the scale-free gradient norm ||g|| x ||theta|| too
-(behind a normalisation layer the gradient scales as 1 / the weights' scale, so the product does not
-move with the init distribution's scale), block by block with the same rule, never narrower than
-grad_norm_margin_rel, after its first grad_norm_skip_fraction of steps (the init transient); the check's
-alpha is split between the two curves (n = 2 x curve_segments). It sees the faults an adaptive
-optimizer hides from the loss: Adam divides a constant gradient scale away, so gradients summed
-instead of averaged, or clipped per shard, train almost the same loss curve.
+optimizer receives and of the parameters, and, where the program clips by global norm, the norm before
+clipping. When the run and at least two seeds carry them, the curve check judges the scale-free
+gradient norm ||g|| x ||theta|| too (behind a normalisation layer the gradient scales as 1 / the weights'
+scale), block by block with the same rule, never narrower than grad_norm_margin_rel, after its first
+grad_norm_skip_fraction of steps, and not where clipping binds in the run or a seed (there the optimizer
+receives the clip threshold, whatever the gradient). The check's alpha is split between the two curves.
+It sees the faults an adaptive optimizer hides from the loss: gradients summed instead of averaged,
+clipped per shard.
 """
 
 from __future__ import annotations
@@ -49,6 +56,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from scipy import stats as _sp
 
 from ladder.checks.compare import curve_arrays, window_mean
 from ladder.runs.records import RunRecord
@@ -56,68 +64,35 @@ from ladder.runs.records import RunRecord
 if TYPE_CHECKING:
     from ladder.migration.protocol import CalibratedRules, Protocol
 
-
-# ------------------------------------------------------------------ Student's t, without scipy
-
-def _betacf(a: float, b: float, x: float) -> float:
-    # Lentz's continued fraction for the incomplete beta function (Numerical Recipes 6.4).
-    tiny = 1e-300
-    qab, qap, qam = a + b, a + 1.0, a - 1.0
-    c, d = 1.0, 1.0 - qab * x / qap
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    h = d
-    for m in range(1, 400):
-        m2 = 2 * m
-        for aa in (m * (b - m) * x / ((qam + m2) * (a + m2)), -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))):
-            d = 1.0 + aa * d
-            d = 1.0 / (d if abs(d) > tiny else tiny)
-            c = 1.0 + aa / c
-            c = c if abs(c) > tiny else tiny
-            h *= d * c
-        if abs(d * c - 1.0) < 1e-14:
-            break
-    return h
-
-
-def _betai(a: float, b: float, x: float) -> float:
-    if x <= 0.0:
-        return 0.0
-    if x >= 1.0:
-        return 1.0
-    lbt = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
-    if x < (a + 1.0) / (a + b + 2.0):
-        return math.exp(lbt) * _betacf(a, b, x) / a
-    return 1.0 - math.exp(lbt) * _betacf(b, a, 1.0 - x) / b
-
-
-def t_cdf(t: float, df: float) -> float:
-    tail = 0.5 * _betai(df / 2.0, 0.5, df / (df + t * t))
-    return 1.0 - tail if t > 0 else tail
+MIN_POINTS_PER_BLOCK = 2
 
 
 def t_quantile(q: float, df: float) -> float:
-    """The q-quantile of Student's t with df degrees of freedom (bisection on the exact CDF)."""
+    """The q-quantile of Student's t with df degrees of freedom (scipy)."""
     if not 0.0 < q < 1.0:
         raise ValueError(f"quantile {q} outside (0, 1)")
-    if q < 0.5:
-        return -t_quantile(1.0 - q, df)
-    lo, hi = 0.0, 1.0
-    while t_cdf(hi, df) < q:
-        hi *= 2.0
-    for _ in range(200):
-        mid = 0.5 * (lo + hi)
-        lo, hi = (mid, hi) if t_cdf(mid, df) < q else (lo, mid)
-        if hi - lo < 1e-12 * max(1.0, hi):
-            break
-    return 0.5 * (lo + hi)
+    return float(_sp.t.ppf(q, df))
 
 
 # ------------------------------------------------------------------ the rule on one quantity
 
 @functools.lru_cache(maxsize=4096)
+def _t(k_df: int, alpha: float, n_tests: int) -> float:
+    return t_quantile(1.0 - alpha / (2.0 * n_tests), k_df - 1)
+
+
 def _crit(k: int, alpha: float, n_tests: int) -> float:
     """Half-width of the prediction band in units of the (floored) sd, for k seeds."""
-    return t_quantile(1.0 - alpha / (2.0 * n_tests), k - 1) * math.sqrt(1.0 + 1.0 / k)
+    return _t(k, alpha, n_tests) * math.sqrt(1.0 + 1.0 / k)
+
+
+@dataclass(frozen=True)
+class Borrowed:
+    """A spread taken from the other kind's seeds: their relative sd and how many they were."""
+
+    rel_sd: float
+    seeds: int
+    kind: str = "short"
 
 
 @dataclass(frozen=True)
@@ -131,49 +106,65 @@ class Decision:
     hi: float
     seeds: int
     z: float  # |value - mean| in band half-widths: > 1 is outside
-    more_seeds: int = 0  # undecided: the fewest extra seeds that would decide
+    more_seeds: int = 0  # undecided: the extra seeds that would decide
+    borrowed: Borrowed | None = None
 
     def band(self) -> dict[str, Any]:
-        return {"mean": self.mean, "lo": self.lo, "hi": self.hi, "sd": self.sd, "sd_used": self.sd_used,
-                "seeds": self.seeds}
+        out = {"mean": self.mean, "lo": self.lo, "hi": self.hi, "sd": self.sd, "sd_used": self.sd_used,
+               "seeds": self.seeds}
+        if self.borrowed:
+            out["spread_from"] = {"kind": self.borrowed.kind, "seeds": self.borrowed.seeds,
+                                  "rel_sd": self.borrowed.rel_sd}
+        return out
 
 
 def decide(value: float, values: list[float], floor_rel: float, rules: "CalibratedRules",
-           n_tests: int = 1, margin_rel: float = 0.0) -> Decision:
-    """Judge one quantity against the seeds' values by the module's rule (needs >= 2 finite seeds).
+           n_tests: int = 1, margin_rel: float = 0.0, borrowed: Borrowed | None = None) -> Decision:
+    """Judge one quantity against the seeds' values by the module's rule.
 
-    margin_rel: the smallest difference that counts (a fraction of the seeds' mean): the band is never
-    narrower than it, so a difference the seeds can resolve but the protocol calls near is passed.
+    Needs >= 2 finite seed values, or >= 1 with a borrowed spread. margin_rel: the smallest difference that
+    counts (a fraction of the seeds' mean): the band is never narrower than it.
     """
     vals = np.array([v for v in values if math.isfinite(v)], dtype=float)
     k = len(vals)
-    if k < 2:
-        raise ValueError("the rule needs at least 2 finite seed values")
+    if k < (1 if borrowed else 2):
+        raise ValueError("the rule needs at least 2 finite seed values (1 with a borrowed spread)")
     m = float(vals.mean())
-    sd = float(vals.std(ddof=1))
+    if borrowed is None:
+        sd = float(vals.std(ddof=1))
+        k_df, grow_to = k, rules.max_seeds
+        crit = _crit(k, rules.alpha, n_tests)
+        crit_max = _crit(rules.max_seeds, rules.alpha, n_tests) if k < rules.max_seeds else crit
+    else:
+        sd = borrowed.rel_sd * abs(m)
+        k_df, grow_to = borrowed.seeds, rules.min_seeds
+        crit = _t(borrowed.seeds, rules.alpha, n_tests) * math.sqrt(1.0 + 1.0 / k)
+        crit_max = _t(borrowed.seeds, rules.alpha, n_tests) * math.sqrt(1.0 + 1.0 / max(k, rules.min_seeds))
     sd_used = max(sd, floor_rel * abs(m))
     margin = margin_rel * abs(m)
     if sd_used == 0.0 and margin == 0.0:  # all seeds exactly 0, no floor, no margin: only an exact match
         ok = value == m
-        return Decision(ok, value, m, sd, 0.0, m, m, k, 0.0 if ok else math.inf)
-    half = max(_crit(k, rules.alpha, n_tests) * sd_used, margin)
+        return Decision(ok, value, m, sd, 0.0, m, m, k, 0.0 if ok else math.inf, borrowed=borrowed)
+    half = max(crit * sd_used, margin)
     dist = abs(value - m)
     z = dist / half if math.isfinite(value) else math.inf
     if not math.isfinite(value) or dist > half:
-        return Decision(False, value, m, sd, sd_used, m - half, m + half, k, z)
+        return Decision(False, value, m, sd, sd_used, m - half, m + half, k, z, borrowed=borrowed)
     more = 0
-    if k < rules.max_seeds and dist > max(_crit(rules.max_seeds, rules.alpha, n_tests) * sd_used, margin):
+    if k < grow_to and dist > max(crit_max * sd_used, margin):
         # Ask for max_seeds, not the fewest seeds that might decide: re-testing a borderline run at every
         # added seed is sequential testing, and inflates false alarms (measured: benchmarks/detection).
-        more = rules.max_seeds - k
-    return Decision(None if more else True, value, m, sd, sd_used, m - half, m + half, k, z, more)
+        more = grow_to - k
+    del k_df
+    return Decision(None if more else True, value, m, sd, sd_used, m - half, m + half, k, z, more, borrowed)
 
 
 # ------------------------------------------------------------------ verdicts
 
 @dataclass(frozen=True)
 class Verdict:
-    """A calibrated verdict: passed True / False / None (undecided, `more_seeds` would decide)."""
+    """A calibrated verdict: passed True / False / None (undecided, `more_seeds` would decide), or blocked
+    (not_checked: the seeds give no noise estimate, or the run has too few points to judge)."""
 
     check: str
     passed: bool | None
@@ -184,12 +175,17 @@ class Verdict:
     summary: str
     more_seeds: int = 0
     details: dict[str, Any] = field(default_factory=dict)
+    blocked: str | None = None
 
     @property
     def status(self) -> str:
+        if self.blocked:
+            return "not_checked"
         return "passed" if self.passed else "failed" if self.passed is not None else "undecided"
 
     def explain(self) -> str:
+        if self.blocked:
+            return f"calibrated {self.check}: not checked: {self.blocked}"
         tail = (f"undecided: {self.more_seeds} more baseline seed(s) would decide" if self.passed is None
                 else "within noise" if self.passed else "different beyond noise")
         return f"calibrated {self.check} ({self.seeds} seeds; {self.rule}): {self.summary} -> {tail}"
@@ -197,18 +193,41 @@ class Verdict:
     def as_dict(self) -> dict[str, Any]:
         return {"check": self.check, "passed": self.passed, "status": self.status, "measured": self.measured,
                 "band": self.band, "seeds": self.seeds, "rule": self.rule, "summary": self.summary,
-                "more_seeds": self.more_seeds, "details": self.details, "explain": self.explain()}
+                "more_seeds": self.more_seeds, "details": self.details, "blocked": self.blocked,
+                "explain": self.explain()}
 
 
-def _rule_text(rules: "CalibratedRules", floor_rel: float, n_tests: int = 1, margin_rel: float = 0.0) -> str:
+def _rule_text(rules: "CalibratedRules", floor_rel: float, n_tests: int = 1, margin_rel: float = 0.0,
+               borrowed: Borrowed | None = None) -> str:
     per = f"alpha {rules.alpha:g}" + (f"/{n_tests} per block" if n_tests > 1 else "")
     tail = f", never narrower than +-{margin_rel:.0%}" if margin_rel else ""
-    return f"two-sided t prediction band, {per}, sd floor {floor_rel:.2%} of the mean{tail}"
+    spread = (f", spread from the {borrowed.seeds} {borrowed.kind} seeds (relative sd {borrowed.rel_sd:.2%})"
+              if borrowed else "")
+    return f"two-sided t prediction band, {per}, sd floor {floor_rel:.2%} of the mean{tail}{spread}"
 
 
-def _too_few(check: str, k: int, rules: "CalibratedRules", why: str) -> Verdict:
+def too_few(check: str, k: int, rules: "CalibratedRules", why: str) -> Verdict:
     need = max(2, rules.min_seeds) - k
     return Verdict(check, None, None, {"seeds": k}, k, "needs seeds", why, more_seeds=max(need, 1))
+
+
+IDENTICAL = ("no noise estimate: the baseline's {k} runs are identical, so their spread is zero; pass {{seed}} "
+             "in the command, or set [probe] seed = true for a program that seeds itself from a constant, then "
+             "re-record the baseline")
+
+
+def identical_runs(seeds: list[RunRecord]) -> bool:
+    """Runs that came out bit-identical (loss curve and metric): no noise to calibrate on."""
+    if len(seeds) < 2:
+        return False
+    first = seeds[0]
+    key = ([(p.step, p.loss) for p in first.loss_curve], first.metric)
+    return all(([(p.step, p.loss) for p in s.loss_curve], s.metric) == key for s in seeds[1:])
+
+
+def _blocked(check: str, seeds: list[RunRecord]) -> Verdict:
+    return Verdict(check, None, None, {"seeds": len(seeds)}, len(seeds), "no noise estimate", "",
+                   blocked=IDENTICAL.format(k=len(seeds)))
 
 
 def _nonfinite(run: RunRecord) -> list[int]:
@@ -230,42 +249,83 @@ def _from_decision(check: str, d: Decision, rules: "CalibratedRules", floor_rel:
         side = f", {'better' if better else 'worse'} than the seeds' mean"
     summary = (f"{what} {d.value:.6g} vs seeds' mean {d.mean:.6g} (sd {d.sd:.3g}, used {d.sd_used:.3g}); "
                f"band [{d.lo:.6g}, {d.hi:.6g}], distance {d.z:.2f} band half-widths{side}")
-    return Verdict(check, d.passed, d.value, d.band(), d.seeds, _rule_text(rules, floor_rel, margin_rel=margin_rel),
+    return Verdict(check, d.passed, d.value, d.band(), d.seeds,
+                   _rule_text(rules, floor_rel, margin_rel=margin_rel, borrowed=d.borrowed),
                    summary, d.more_seeds, details or {})
 
 
-def calibrated_loss_window(run: RunRecord, seeds: list[RunRecord], protocol: "Protocol") -> Verdict:
+@dataclass(frozen=True)
+class Seeds:
+    """The baseline runs a quantity is judged against: the same kind's seeds, and the other kind's (to
+    borrow a spread from when the same kind has fewer than min_seeds)."""
+
+    same: list[RunRecord]
+    other: list[RunRecord] = field(default_factory=list)
+    other_kind: str = "short"
+
+
+def _as_seeds(seeds: "list[RunRecord] | Seeds") -> Seeds:
+    return seeds if isinstance(seeds, Seeds) else Seeds(list(seeds))
+
+
+def _rel_sd(values: list[float]) -> float | None:
+    vals = [v for v in values if math.isfinite(v)]
+    if len(vals) < 2 or np.mean(vals) == 0:
+        return None
+    return float(np.std(vals, ddof=1) / abs(np.mean(vals)))
+
+
+def _scalar_verdict(check: str, value: float, same: list[float], other: list[float], s: Seeds, floor_rel: float,
+                    margin_rel: float, rules: "CalibratedRules", what: str, direction: str | None = None) -> Verdict:
+    if len(s.same) >= 2 and identical_runs(s.same):
+        return _blocked(check, s.same)
+    borrowed = None
+    if len(same) < rules.min_seeds:
+        rel = _rel_sd(other)
+        if same and rel is not None and len(other) >= rules.min_seeds and not identical_runs(s.other):
+            borrowed = Borrowed(rel, len(other), s.other_kind)
+        elif len(same) < 2 or rules.min_seeds > len(same):
+            return too_few(check, len(same), rules,
+                           f"{len(same)} baseline seed(s) of this kind and no spread to borrow "
+                           f"({len(other)} of the other kind)")
+    d = decide(value, same, floor_rel, rules, margin_rel=margin_rel, borrowed=borrowed)
+    return _from_decision(check, d, rules, floor_rel, what, direction=direction,
+                          details={"seed_values": same, **({"borrowed_from": other} if borrowed else {})},
+                          margin_rel=margin_rel)
+
+
+def calibrated_loss_window(run: RunRecord, seeds: "list[RunRecord] | Seeds", protocol: "Protocol") -> Verdict:
     """The mean loss over the protocol's last window fraction of steps, against the seeds' spread."""
+    s = _as_seeds(seeds)
     rules, frac = protocol.calibrated, protocol.l1.window_fraction
     bad = _nonfinite(run)
     if bad:
-        return Verdict("loss_window", False, None, {}, len(seeds), "non-finite loss",
+        return Verdict("loss_window", False, None, {}, len(s.same), "non-finite loss",
                        f"the run logged a non-finite loss at step {bad[0]} ({len(bad)} such steps)")
     mine = window_mean(run.loss_curve, frac)
     if mine is None:
-        return Verdict("loss_window", False, None, {}, len(seeds), "no loss", "the run logged no loss")
-    values = [v for v in (window_mean(s.loss_curve, frac) for s in seeds if _finite_curve(s)) if v is not None]
-    if len(values) < 2:
-        return _too_few("loss_window", len(values), rules, "fewer than 2 seeds with a finite loss curve")
-    d = decide(mine, values, rules.loss_floor_rel, rules, margin_rel=rules.loss_margin_rel)
-    return _from_decision("loss_window", d, rules, rules.loss_floor_rel,
-                          f"mean loss over the last {frac:.0%}", details={"seed_values": values},
-                          margin_rel=rules.loss_margin_rel)
+        return Verdict("loss_window", False, None, {}, len(s.same), "no loss", "the run logged no loss")
+
+    def values(runs: list[RunRecord]) -> list[float]:
+        return [v for v in (window_mean(r.loss_curve, frac) for r in runs if _finite_curve(r)) if v is not None]
+
+    return _scalar_verdict("loss_window", mine, values(s.same), values(s.other), s, rules.loss_floor_rel,
+                           rules.loss_margin_rel, rules, f"mean loss over the last {frac:.0%}")
 
 
-def calibrated_metric(run: RunRecord, seeds: list[RunRecord], protocol: "Protocol") -> Verdict:
+def calibrated_metric(run: RunRecord, seeds: "list[RunRecord] | Seeds", protocol: "Protocol") -> Verdict:
     """The headline metric against the seeds' spread, two-sided; the report says better or worse."""
+    s = _as_seeds(seeds)
     rules = protocol.calibrated
     if run.metric is None or not math.isfinite(run.metric):
-        return Verdict("metric", False, run.metric, {}, len(seeds), "no metric",
+        return Verdict("metric", False, run.metric, {}, len(s.same), "no metric",
                        f"the run reported no finite {run.metric_name or 'metric'}")
-    values = [s.metric for s in seeds if s.metric is not None and math.isfinite(s.metric)]
-    if len(values) < 2:
-        return _too_few("metric", len(values), rules, "fewer than 2 seeds with a finite metric")
-    d = decide(run.metric, values, rules.metric_floor_rel, rules, margin_rel=rules.metric_margin_rel)
-    return _from_decision("metric", d, rules, rules.metric_floor_rel, run.metric_name or "metric",
-                          direction=run.metric_direction, details={"seed_values": values},
-                          margin_rel=rules.metric_margin_rel)
+
+    def values(runs: list[RunRecord]) -> list[float]:
+        return [r.metric for r in runs if r.metric is not None and math.isfinite(r.metric)]
+
+    return _scalar_verdict("metric", run.metric, values(s.same), values(s.other), s, rules.metric_floor_rel,
+                           rules.metric_margin_rel, rules, run.metric_name or "metric", run.metric_direction)
 
 
 def smooth(values: np.ndarray, fraction: float) -> np.ndarray:
@@ -280,13 +340,9 @@ def smooth(values: np.ndarray, fraction: float) -> np.ndarray:
     return (csum[hi] - csum[lo]) / (hi - lo)
 
 
-def _on_grid(run: RunRecord, grid: np.ndarray, fraction: float) -> np.ndarray:
-    steps, loss = curve_arrays(run.loss_curve)
-    return smooth(np.interp(grid, steps, loss), fraction)
-
-
-def grad_norm_series(run: RunRecord, scale_free: bool = False) -> tuple[np.ndarray, np.ndarray] | None:
-    """The probe's gradient norms (step, norm), sorted by step; None when the probe recorded none.
+def grad_norm_series(run: RunRecord, scale_free: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """The probe's gradient norms (step, norm the optimizer received, clipping binds?), sorted by step;
+    None when the probe recorded none.
 
     scale_free: the gradient norm times the parameter norm, ||g|| * ||theta||: None when the probe recorded
     no parameter norm. Behind a normalisation layer the gradient scales as 1 / the weights' scale, so
@@ -294,14 +350,17 @@ def grad_norm_series(run: RunRecord, scale_free: bool = False) -> tuple[np.ndarr
     """
     gn = (run.probe or {}).get("grad_norms") or {}
     pts = gn.get("values") or []
-    if not pts or (scale_free and any(len(p) < 3 for p in pts)):
+    if not pts or (scale_free and any(len(p) < 3 or p[2] is None for p in pts)):
         return None
+    clip = (gn.get("clip") or {}).get("max_norm")
     steps = np.array([float(p[0]) for p in pts])
     vals = np.array([float(p[1]) for p in pts])  # "nan"/"inf" were stored as text: float() reads them
+    pre = np.array([float(p[3]) if len(p) > 3 and p[3] is not None else np.nan for p in pts])
+    binds = (pre > float(clip) * 1.0001) if clip is not None else np.zeros(len(pts), dtype=bool)
     if scale_free:
         vals = vals * np.array([float(p[2]) for p in pts])
     order = np.argsort(steps, kind="stable")
-    return steps[order], vals[order]
+    return steps[order], vals[order], binds[order]
 
 
 @dataclass
@@ -317,6 +376,7 @@ class _CurveJudgement:
     coverage: float
     seeds: int
     complete: bool = True  # the run reaches the seeds' last step (within one sampling gap)
+    excluded: int = 0  # grid points not judged (clipping binds)
 
     @property
     def worst(self) -> int:
@@ -335,11 +395,13 @@ class _CurveJudgement:
                 f"{w.z:.2f} half-widths; smoothed curve "
                 + (f"first leaves the per-step envelope at step {first}" if first is not None
                    else "stays inside the per-step envelope")
-                + ("" if self.complete else f"; the run covers only {self.coverage:.0%} of the seeds' steps"))
+                + ("" if self.complete else f"; the run covers only {self.coverage:.0%} of the seeds' steps")
+                + (f"; {self.excluded} steps where clipping binds not judged" if self.excluded else ""))
 
     def band(self) -> dict[str, Any]:
         return {"steps": self.grid.astype(int).tolist(), "mean": self.mean.tolist(),
                 "lo": (self.mean - self.half).tolist(), "hi": (self.mean + self.half).tolist(),
+                "run": self.mine.tolist(),
                 "blocks": [{**d.band(), "value": d.value, "z": d.z, "status":
                             {True: "passed", False: "failed", None: "undecided"}[d.passed]} for d in self.decisions]}
 
@@ -358,40 +420,64 @@ def _combine(parts: list[tuple[bool | None, int]]) -> tuple[bool | None, int]:
     return True, 0
 
 
-def _judge_curve(mine_xy: tuple[np.ndarray, np.ndarray], seeds_xy: list[tuple[np.ndarray, np.ndarray]],
-                 rules: "CalibratedRules", floor_rel: float, n_tests: int, margin_rel: float = 0.0,
-                 skip_fraction: float = 0.0, require_complete: bool = True) -> _CurveJudgement | str:
+def blocks_for(points: int, rules: "CalibratedRules") -> int:
+    """How many blocks a curve of this many shared points is cut into: curve_segments, fewer for a sparse
+    log (at least MIN_POINTS_PER_BLOCK points each)."""
+    return min(rules.curve_segments, points // MIN_POINTS_PER_BLOCK)
+
+
+def _judge_curve(mine_xy: tuple, seeds_xy: list[tuple], rules: "CalibratedRules", floor_rel: float, n_tests: int,
+                 margin_rel: float = 0.0, skip_fraction: float = 0.0, require_complete: bool = True,
+                 borrowed_rel: float | None = None, borrowed_seeds: int = 0) -> _CurveJudgement | str:
     """Block-by-block verdict of one curve against the seeds' curves; a reason string when it cannot judge.
-    skip_fraction: the first part of the seeds' steps is not judged (coverage is counted without it).
-    require_complete: a curve that ends (or starts) more than one sampling gap from the seeds' fails."""
-    nseg = rules.curve_segments
+    A curve is (steps, values) or (steps, values, excluded-mask). skip_fraction: the first part of the
+    seeds' steps is not judged. require_complete: a curve that ends (or starts) more than one sampling gap
+    from the seeds' fails. borrowed_rel: judge against one or two seeds with this relative sd per block."""
     base_grid = seeds_xy[0][0]
     start = base_grid[0] + skip_fraction * (base_grid[-1] - base_grid[0])
     lo = max([s[0][0] for s in seeds_xy] + [mine_xy[0][0], start])
     hi = min([s[0][-1] for s in seeds_xy] + [mine_xy[0][-1]])
     base_grid = base_grid[base_grid >= start]
     grid = base_grid[(base_grid >= lo) & (base_grid <= hi)]
-    if len(grid) < nseg:
-        return f"the run and the seeds share {len(grid)} logged steps, fewer than {nseg} blocks"
+    excluded = np.zeros(len(grid), dtype=bool)
+    for xy in [mine_xy, *seeds_xy]:
+        if len(xy) > 2 and len(grid):
+            excluded |= np.interp(grid, xy[0], xy[2].astype(float)) > 0.5
+    n_ex = int(excluded.sum())
+    grid_all = grid
+    grid = grid[~excluded]
+    nseg = blocks_for(len(grid), rules)
+    if nseg < 2:
+        why = f"the run and the seeds share {len(grid)} logged steps"
+        if n_ex:
+            why += f" where clipping does not bind ({n_ex} where it does)"
+        return why + f", too few for 2 blocks of {MIN_POINTS_PER_BLOCK}"
     coverage = float((hi - lo) / max(1e-12, base_grid[-1] - base_grid[0]))
     # a curve sampled every k steps may end up to k steps before another (a thinned gradient-norm series
     # ends at 996 where a seed has 1000): within one sampling gap of the seeds' ends it covers them
-    gap = max(float(np.max(np.diff(x[-10:]))) if len(x) > 1 else 0.0 for x, _ in [mine_xy, *seeds_xy])
+    gap = max(float(np.max(np.diff(x[0][-10:]))) if len(x[0]) > 1 else 0.0 for x in [mine_xy, *seeds_xy])
     complete = (base_grid[-1] - hi) <= gap and (lo - base_grid[0]) <= gap
     frac = rules.smoothing_fraction
-    seed_curves = np.stack([smooth(np.interp(grid, x, y), frac) for x, y in seeds_xy])
-    mine = smooth(np.interp(grid, *mine_xy), frac)
+    seed_curves = np.stack([smooth(np.interp(grid_all, x[0], x[1]), frac)[~excluded] for x in seeds_xy])
+    mine = smooth(np.interp(grid_all, mine_xy[0], mine_xy[1]), frac)[~excluded]
     blocks = np.array_split(np.arange(len(grid)), nseg)
+    n_tests = max(n_tests, nseg)
+    borrowed = Borrowed(borrowed_rel, borrowed_seeds) if borrowed_rel is not None else None
     decisions = [decide(float(mine[b].mean()), [float(c[b].mean()) for c in seed_curves], floor_rel, rules,
-                        n_tests=n_tests, margin_rel=margin_rel) for b in blocks]
+                        n_tests=n_tests, margin_rel=margin_rel, borrowed=borrowed) for b in blocks]
     passed, more = _combine([(d.passed, d.more_seeds) for d in decisions])
     if require_complete and not complete and passed:
         passed = False  # a run that stops early has not reproduced the curve, however close its start
     k = len(seeds_xy)
-    mean, sd = seed_curves.mean(axis=0), seed_curves.std(axis=0, ddof=1)
-    half = np.maximum(_crit(k, rules.alpha, n_tests) * np.maximum(sd, floor_rel * np.abs(mean)),
-                      margin_rel * np.abs(mean))
-    return _CurveJudgement(passed, more, decisions, grid, blocks, mean, half, mine, coverage, k, complete)
+    mean = seed_curves.mean(axis=0)
+    if borrowed is None:
+        sd = seed_curves.std(axis=0, ddof=1)
+        crit = _crit(k, rules.alpha, n_tests)
+    else:
+        sd = borrowed.rel_sd * np.abs(mean)
+        crit = _t(borrowed.seeds, rules.alpha, n_tests) * math.sqrt(1.0 + 1.0 / k)
+    half = np.maximum(crit * np.maximum(sd, floor_rel * np.abs(mean)), margin_rel * np.abs(mean))
+    return _CurveJudgement(passed, more, decisions, grid, blocks, mean, half, mine, coverage, k, complete, n_ex)
 
 
 def _scale_free(run: RunRecord, seeds: list[RunRecord]) -> bool:
@@ -400,49 +486,99 @@ def _scale_free(run: RunRecord, seeds: list[RunRecord]) -> bool:
                                                            for s in seeds if grad_norm_series(s) is not None)
 
 
-def _grad_norm_part(run: RunRecord, seeds: list[RunRecord], rules: "CalibratedRules",
-                    n_tests: int, scale_free: bool) -> _CurveJudgement | str:
+def _grad_norm_part(run: RunRecord, seeds: list[RunRecord], rules: "CalibratedRules", n_tests: int,
+                    scale_free: bool, borrowed: tuple[float, int] | None) -> _CurveJudgement | str:
     mine = grad_norm_series(run, scale_free)
+    need = 1 if borrowed else 2
     theirs = [x for x in (grad_norm_series(s, scale_free) for s in seeds) if x is not None
-              and np.isfinite(x[1]).all() and len(x[0]) >= rules.curve_segments]
-    if len(theirs) < 2:
-        return "not compared: fewer than 2 baseline seeds carry gradient norms (re-record the baseline)"
+              and np.isfinite(x[1]).all() and len(x[0]) >= 2 * MIN_POINTS_PER_BLOCK]
+    if len(theirs) < need:
+        return f"not compared: fewer than {need} baseline seeds carry gradient norms (re-record the baseline)"
     if mine is None:
-        return ("not compared: the run's probe recorded no gradient norm (no torch optimizer step or optax "
-                "optimizer was seen)")
+        why = ((run.probe or {}).get("grad_norms") or {}).get("why_missing")
+        return ("not compared: the run's probe recorded no gradient norm"
+                + (f" ({why})" if why else " (no torch optimizer step or optax optimizer was seen)"))
     bad = np.nonzero(~np.isfinite(mine[1]))[0]
     if len(bad):
         return f"non-finite gradient norm at step {int(mine[0][bad[0]])} ({len(bad)} such steps)"
     # The series may be thinned (the probe's budget) and end a few steps early: whether the run stopped
     # early is the loss curve's to judge.
     return _judge_curve(mine, theirs, rules, rules.curve_floor_rel, n_tests, margin_rel=rules.grad_norm_margin_rel,
-                        skip_fraction=rules.grad_norm_skip_fraction, require_complete=False)
+                        skip_fraction=rules.grad_norm_skip_fraction, require_complete=False,
+                        borrowed_rel=borrowed[0] if borrowed else None, borrowed_seeds=borrowed[1] if borrowed else 0)
 
 
-def calibrated_curve(run: RunRecord, seeds: list[RunRecord], protocol: "Protocol") -> Verdict:
+def _curve_rel_sd(runs: list[RunRecord], rules: "CalibratedRules", series=None) -> float | None:
+    """The median relative sd of the blocks of some seeds' curves: the spread a full run borrows."""
+    curves = [series(r) if series else curve_arrays(r.loss_curve) for r in runs]
+    curves = [c for c in curves if c is not None and len(c[0]) >= 2 * MIN_POINTS_PER_BLOCK]
+    if len(curves) < 2:
+        return None
+    grid = curves[0][0]
+    lo, hi = max(c[0][0] for c in curves), min(c[0][-1] for c in curves)
+    grid = grid[(grid >= lo) & (grid <= hi)]
+    nseg = blocks_for(len(grid), rules)
+    if nseg < 2:
+        return None
+    ys = np.stack([smooth(np.interp(grid, c[0], c[1]), rules.smoothing_fraction) for c in curves])
+    rels = [float(ys[:, b].mean(axis=1).std(ddof=1) / abs(ys[:, b].mean())) for b in
+            np.array_split(np.arange(len(grid)), nseg) if ys[:, b].mean() != 0]
+    return float(np.median(rels)) if rels else None
+
+
+def initialisation(run: RunRecord, seeds: list[RunRecord], rules: "CalibratedRules") -> dict[str, Any] | None:
+    """The first logged loss against the seeds' first logged losses: a finding (another init distribution
+    is a legitimate port choice), reported apart from the verdict."""
+    firsts = [s.loss_curve[0].loss for s in seeds if s.loss_curve and math.isfinite(s.loss_curve[0].loss)]
+    if not run.loss_curve or len(firsts) < 2 or not math.isfinite(run.loss_curve[0].loss):
+        return None
+    d = decide(run.loss_curve[0].loss, firsts, rules.curve_floor_rel, rules, margin_rel=rules.curve_margin_rel)
+    return {"differs": d.passed is False, "step": run.loss_curve[0].step, "run": d.value, "seeds_mean": d.mean,
+            "band": [d.lo, d.hi], "seeds": d.seeds}
+
+
+def calibrated_curve(run: RunRecord, seeds: "list[RunRecord] | Seeds", protocol: "Protocol") -> Verdict:
     """The smoothed loss curve, block by block, against the seeds' per-block spread; and, when the run and
     the seeds carry the probe's gradient norms, the gradient-norm curve the same way (the check's alpha
     is then split between the two curves)."""
+    s = _as_seeds(seeds)
     rules = protocol.calibrated
-    nseg = rules.curve_segments
     bad = _nonfinite(run)
     if bad:
-        return Verdict("curve", False, None, {}, len(seeds), "non-finite loss",
+        return Verdict("curve", False, None, {}, len(s.same), "non-finite loss",
                        f"the run logged a non-finite loss at step {bad[0]} ({len(bad)} such steps)")
-    usable = [s for s in seeds if _finite_curve(s) and len(s.loss_curve) >= nseg]
-    if len(usable) < 2:
-        return _too_few("curve", len(usable), rules, "fewer than 2 seeds with a finite loss curve")
-    if len(run.loss_curve) < nseg:
-        return Verdict("curve", False, None, {}, len(usable), "too short",
-                       f"the run logged {len(run.loss_curve)} loss points, fewer than {nseg} blocks")
-    both = grad_norm_series(run) is not None and sum(grad_norm_series(s) is not None for s in usable) >= 2
-    n_tests = nseg * (2 if both else 1)
-    loss = _judge_curve(curve_arrays(run.loss_curve), [curve_arrays(s.loss_curve) for s in usable], rules,
-                        rules.curve_floor_rel, n_tests, margin_rel=rules.curve_margin_rel)
+    usable = [r for r in s.same if _finite_curve(r) and len(r.loss_curve) >= 2 * MIN_POINTS_PER_BLOCK]
+    if len(usable) >= 2 and identical_runs(usable):
+        return _blocked("curve", usable)
+    borrowed_loss = borrowed_gn = None
+    if len(usable) < rules.min_seeds:
+        other = [r for r in s.other if _finite_curve(r)]
+        rel = _curve_rel_sd(other, rules) if len(other) >= rules.min_seeds and not identical_runs(other) else None
+        if not usable or rel is None:
+            return too_few("curve", len(usable), rules, f"{len(usable)} baseline seed(s) of this kind with a finite "
+                                                        f"loss curve and no spread to borrow")
+        borrowed_loss = (rel, len(other))
+        rel_gn = _curve_rel_sd(other, rules, lambda r: grad_norm_series(r, _scale_free(run, other)))
+        borrowed_gn = (rel_gn, len(other)) if rel_gn is not None else None
+    if len(run.loss_curve) < 2 * MIN_POINTS_PER_BLOCK:
+        return Verdict("curve", None, None, {}, len(usable), "too few points", "",
+                       blocked=f"the run logged {len(run.loss_curve)} loss points: too few to compare a curve; log "
+                               "the loss more often, or rely on the loss window and the metric")
+    both = grad_norm_series(run) is not None and sum(grad_norm_series(r) is not None for r in usable) >= (
+        1 if borrowed_loss else 2)
+    n_tests = rules.curve_segments * (2 if both else 1)
+    loss = _judge_curve(curve_arrays(run.loss_curve), [curve_arrays(r.loss_curve) for r in usable], rules,
+                        rules.curve_floor_rel, n_tests, margin_rel=rules.curve_margin_rel,
+                        borrowed_rel=borrowed_loss[0] if borrowed_loss else None,
+                        borrowed_seeds=borrowed_loss[1] if borrowed_loss else 0)
     if isinstance(loss, str):
-        return Verdict("curve", False, None, {}, len(usable), "no overlap", loss)
+        return Verdict("curve", None, None, {}, len(usable), "too few points", "",
+                       blocked=loss + ": log the loss more often to compare curves")
     scale_free = _scale_free(run, usable)
-    gn = _grad_norm_part(run, usable, rules, n_tests, scale_free)
+    if borrowed_loss and borrowed_gn is None:
+        gn: _CurveJudgement | str = "not compared: no gradient-norm spread to borrow from the short seeds"
+    else:
+        gn = _grad_norm_part(run, usable, rules, n_tests, scale_free, borrowed_gn)
     parts = [(loss.passed, loss.more)] + ([(gn.passed, gn.more)] if isinstance(gn, _CurveJudgement) else
                                           [(False, 0)] if gn.startswith("non-finite") else [])
     passed, more = _combine(parts)
@@ -451,15 +587,21 @@ def calibrated_curve(run: RunRecord, seeds: list[RunRecord], protocol: "Protocol
                                                     else f"gradient-norm curve: {gn}")
     measured = loss.measured()
     details: dict[str, Any] = {}
+    init = initialisation(run, usable, rules)
+    if init is not None:
+        details["initialisation"] = init
     if isinstance(gn, _CurveJudgement):
         measured["grad_norm"] = gn.measured()
         details["grad_norm"] = {"passed": gn.passed, "band": gn.band(), "what": label,
                                 "margin_rel": rules.grad_norm_margin_rel, "skip_fraction": rules.grad_norm_skip_fraction,
+                                "excluded_clipping": gn.excluded,
                                 "source": ((run.probe or {}).get("grad_norms") or {}).get("source")}
     else:
         details["grad_norm"] = {"passed": False if gn.startswith("non-finite") else None, "why": gn}
-    rule = (_rule_text(rules, rules.curve_floor_rel, n_tests, rules.curve_margin_rel) + f", {nseg} blocks per "
-            f"curve after a {rules.smoothing_fraction:.0%} moving average"
+    borrowed = Borrowed(*borrowed_loss, kind=s.other_kind) if borrowed_loss else None
+    rule = (_rule_text(rules, rules.curve_floor_rel, n_tests, rules.curve_margin_rel, borrowed)
+            + f", {len(loss.blocks)} blocks after a {rules.smoothing_fraction:.0%} moving average"
             + (f"; gradient norms: never narrower than +-{rules.grad_norm_margin_rel:.0%}, the first "
-               f"{rules.grad_norm_skip_fraction:.0%} of steps not judged" if isinstance(gn, _CurveJudgement) else ""))
+               f"{rules.grad_norm_skip_fraction:.0%} of steps and steps where clipping binds not judged"
+               if isinstance(gn, _CurveJudgement) else ""))
     return Verdict("curve", passed, measured, loss.band(), len(usable), rule, summary, more, details)

@@ -61,6 +61,7 @@ class BaselineEntry(EntryContent):
     seeds: list[int]
     full_seeds: list[int] = Field(default_factory=list)
     refs: list[Ref]
+    extended_for: dict[str, Any] | None = None  # {"attempt": n, "kind": k}: seeds added to decide that check
 
 
 class AttemptEntry(EntryContent):
@@ -146,6 +147,7 @@ class AttemptResultEntry(EntryContent):
     kind: Literal["short", "full"] = "short"  # the run the level was achieved on
     caught_by: list[str] = Field(default_factory=list)  # "L2/recompilation", ... failed checks
     rejected: str | None = None  # why the attempt was rejected before any run
+    rejudged: bool = False  # judged again after baseline seeds were added for an undecided check
 
 
 class DecisionEntry(EntryContent):
@@ -234,13 +236,15 @@ def append_migration(journal: Journal, *, name: str, spec_path: str, protocol: s
 
 
 def append_baseline(journal: Journal, baseline_dir: Path, *, root: Path | None = None,
-                    author: str = "ladder") -> Entry:
+                    author: str = "ladder", extended_for: dict[str, Any] | None = None) -> Entry:
+    """Pin the migration's baseline (its path and manifest digest); appended again when seeds are added."""
     from ladder.baselines.store import Baseline
 
     b = Baseline.load(Path(baseline_dir))
     ref = _dir_ref(b.root, root)
     return append(journal, BaselineEntry(path=ref.path, version=b.meta.version, digest=ref.digest,
-                                         seeds=b.meta.seeds, full_seeds=b.meta.full_seeds, refs=[ref]),
+                                         seeds=b.meta.seeds, full_seeds=b.meta.full_seeds, refs=[ref],
+                                         extended_for=extended_for),
                   author=author)
 
 
@@ -299,13 +303,14 @@ def fix_note(journal: Journal, note_seq: int, fix: str, *, author: str = "human"
 def append_attempt_result(journal: Journal, attempt: int, *, declared_level: str | None,
                           achieved_level: str | None, wall_s: float | None, ended_at: float | None = None,
                           kind: str = "short", caught_by: list[str] | None = None, rejected: str | None = None,
-                          author: str = "ladder") -> Entry:
+                          rejudged: bool = False, author: str = "ladder") -> Entry:
     over = max(0, level_index(declared_level) - level_index(achieved_level))
     return append(journal, AttemptResultEntry(declared_level=declared_level,  # type: ignore[arg-type]
                                               achieved_level=achieved_level,  # type: ignore[arg-type]
                                               overclaim=over, wall_s=wall_s,
                                               ended_at=time.time() if ended_at is None else ended_at,
-                                              kind=kind, caught_by=caught_by or [], rejected=rejected),  # type: ignore[arg-type]
+                                              kind=kind, caught_by=caught_by or [], rejected=rejected,  # type: ignore[arg-type]
+                                              rejudged=rejudged),
                   author=author, attempt=attempt)
 
 

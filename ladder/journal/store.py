@@ -358,6 +358,24 @@ class Journal:
             )
 
 
+def _digests(where: Path) -> list[str]:
+    """The digests a referenced directory may prove: its manifest's, and for an extended baseline version
+    every earlier manifest's (ladder.baselines.store keeps them in history/)."""
+    if (where / "baseline.json").is_file():
+        from ladder.baselines.store import manifest_chain
+
+        return manifest_chain(where)
+    return [manifest_digest(where)]
+
+
+def _verify_dir(where: Path) -> list[str]:
+    if (where / "baseline.json").is_file():
+        from ladder.baselines.store import verify_baseline
+
+        return verify_baseline(where)
+    return verify_manifest(where)
+
+
 def _open_readonly(path: Path) -> sqlite3.Connection:
     conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S)
     conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
@@ -476,7 +494,7 @@ def _entry_ref_problems(row: tuple[Any, ...], root: Path | None) -> list[str]:
         if not (where / "MANIFEST.sha256").is_file():
             problems.append(f"{name}: ref {ref['path']}: MANIFEST.sha256 is missing")
             continue
-        if manifest_digest(where) != ref["digest"]:
+        if ref["digest"] not in _digests(where):
             problems.append(f"{name}: ref {ref['path']}: MANIFEST.sha256 digest differs from the one recorded")
-        problems += [f"{name}: ref {ref['path']}: {p}" for p in verify_manifest(where)]
+        problems += [f"{name}: ref {ref['path']}: {p}" for p in _verify_dir(where)]
     return problems

@@ -9,7 +9,7 @@ from __future__ import annotations
 import tomllib
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -33,6 +33,7 @@ class Timeout(_Section):
 
 
 class L1Rules(_Section):
+    rule: Literal["calibrated", "fixed"]
     window_fraction: float
     loss_rel_tol: float
     metric_rel_tol: float
@@ -60,11 +61,11 @@ class CalibratedRules(_Section):
 class L2Rules(_Section):
     warmup_steps: int
     warmup_fraction: float
-    max_compile_steps_after_warmup: int
+    max_late_compile_steps: int
     fallback_allow: list[str]
     host_sync_ops: list[str]
-    max_host_syncs_per_step: float
-    host_sync_slack: float
+    host_read_slack: float
+    host_read_margin: float
     optimizer_ignore: list[str]
     eval_items_must_match: bool
 

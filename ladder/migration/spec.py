@@ -39,7 +39,8 @@ def _compile(pattern: str, groups: set[str], key: str) -> str:
 
 
 class ParseSpec(_Model):
-    loss: str = Field(description="regex with named groups `step` and `loss`")
+    loss: str = Field(description="regex with named groups `step` and `loss`, or `epoch`, `batch` (and optionally "
+                                  "`batches`, the batches per epoch) and `loss`")
     metric: str = Field(description="regex with a named group `value` for the headline metric")
     metric_name: str = "metric"
     direction: Literal["max", "min"]
@@ -49,7 +50,12 @@ class ParseSpec(_Model):
     @field_validator("loss")
     @classmethod
     def _loss(cls, v: str) -> str:
-        return _compile(v, {"step", "loss"}, "loss")
+        _compile(v, {"loss"}, "loss")
+        groups = set(re.compile(v).groupindex)
+        if "step" not in groups and not {"epoch", "batch"} <= groups:
+            raise ValueError("the loss pattern needs a named group `step`, or `epoch` and `batch` (with `batches`, "
+                             "the batches per epoch, when the line prints it), e.g. (?P<step>\\d+)")
+        return v
 
     @field_validator("metric")
     @classmethod
@@ -100,6 +106,9 @@ class ProbeSpec(_Model):
                                     "norms may take: beyond it they are recorded every k-th step (0: every step)")
     sample_every: int = Field(default=50, ge=0, description="optimizer steps between device samples (0: never)")
     param_nonfinite: bool = Field(default=False, description="check sampled parameters for NaN/inf at exit")
+    seed: bool = Field(default=False, description="offset the seeds a program sets from constants (torch.manual_seed, "
+                       "numpy.random.seed / default_rng, random.seed, jax.random.PRNGKey / key) by the run's seed: for "
+                       "programs without a seed flag")
 
 
 class GitHubSpec(_Model):

@@ -1,5 +1,5 @@
 """ladder's injected probe: runs at interpreter start-up because ladder puts this directory first on
-PYTHONPATH. It installs the probe (see _ladder_probe.py), then runs the sitecustomize it shadows so
+PYTHONPATH. It installs the probe (see _ladder_probe/), then runs the sitecustomize it shadows so
 the user's environment behaves as before. Standard library only; it must never raise.
 """
 

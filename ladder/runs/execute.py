@@ -160,6 +160,9 @@ def execute_run(spec: Spec, profile_name: str, kind: str, seed: int = 0, source:
     record.log_files = outcome.log_files
     record.provenance.packages = packages
     record.probe = merge_reports(run_dir / "probe")
+    if parser.repeated_steps:
+        record.notes.append(f"{parser.repeated_steps} loss lines repeat or go back to an earlier step (first: step "
+                            f"{parser.first_repeat}): the curve is read in the order printed; check [parse].loss")
     if parser.line_count and parser.loss_lines == 0:
         record.notes.append("the loss pattern matched no line: see first_lines and fix [parse].loss")
     if parser.line_count and parser.metric_raw is None:

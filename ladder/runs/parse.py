@@ -46,6 +46,12 @@ class OutputParser:
         self.line_count = 0
         self.last_step: int | None = None
         self.last_loss: float | None = None
+        self.repeated_steps = 0  # loss lines whose step is not after the previous line's
+        self.first_repeat: int | None = None
+        self._by_epoch = "step" not in self.loss_rx.groupindex
+        self._epochs: dict[int, int] = {}  # epoch -> steps before it (epoch/batch logs)
+        self._epoch_max: dict[int, int] = {}
+        self._zero_based: bool | None = None
 
     def feed(self, line: str, t: float) -> None:
         self.line_count += 1
@@ -67,11 +73,39 @@ class OutputParser:
         if len(self.error_lines) < KEEP_LINES and self.error_rx.search(line):
             self.error_lines.append(short)
 
+    def _step_of(self, m: re.Match[str]) -> int | None:
+        """The global step: the `step` group, or epoch and batch (batches per epoch from the line, else from
+        the largest batch index the previous epochs printed)."""
+        if not self._by_epoch:
+            step = _num(m.group("step"))
+            return None if step is None else int(step)
+        epoch, batch = _num(m.group("epoch")), _num(m.group("batch"))
+        if epoch is None or batch is None:
+            return None
+        epoch, batch = int(epoch), int(batch)
+        if self._zero_based is None:
+            self._zero_based = batch == 0
+        batches = _num(m.groupdict().get("batches") or "")
+        if epoch not in self._epochs:
+            earlier = [e for e in self._epochs if e < epoch]
+            if earlier:
+                prev = max(earlier)
+                per = int(batches) if batches else self._epoch_max.get(prev, 0) + (1 if self._zero_based else 0)
+                self._epochs[epoch] = self._epochs[prev] + per * (epoch - prev)
+            else:
+                self._epochs[epoch] = 0
+        self._epoch_max[epoch] = max(self._epoch_max.get(epoch, 0), batch)
+        return self._epochs[epoch] + batch + (1 if self._zero_based else 0)
+
     def _loss(self, m: re.Match[str], t: float) -> None:
-        step, loss = _num(m.group("step")), _num(m.group("loss"))
+        step, loss = self._step_of(m), _num(m.group("loss"))
         if step is None or loss is None:
             return
         self.loss_lines += 1
+        if self.last_step is not None and step <= self.last_step:
+            self.repeated_steps += 1
+            if self.first_repeat is None:
+                self.first_repeat = step
         point = LossPoint(step=int(step), loss=loss, t=round(t, 4))
         self.last_step, self.last_loss = point.step, loss
         if not math.isfinite(loss):

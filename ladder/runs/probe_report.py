@@ -1,7 +1,9 @@
 """The ladder side of the injected probe: the environment that injects it, and the merge of its
 per-process reports into one dict (stored as `RunRecord.probe`).
 
-Owns: where the probe lives, how its reports are read and summarised for the L2 checks.
+Owns: where the probe lives, how its reports are read and summarised for the L2 checks, and the
+measures derived from them the same way for a run and for the baseline's runs (host reads per training
+step, compilations after warm-up, evaluation items), so that checks compare like with like.
 Must not: judge a run (that is ladder.checks.l2), or import any framework. The per-process reports
 are kept whole under `processes`; the summaries are derived from them and can be recomputed.
 """
@@ -11,14 +13,16 @@ from __future__ import annotations
 import bisect
 import json
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ladder.migration.protocol import L2Rules
+    from ladder.runs.records import RunRecord
 
 PROBE_DIR = Path(__file__).resolve().parent.parent / "probe"
-MERGED_SCHEMA = 1
+MERGED_SCHEMA = 2
 
 
 def probe_env(out_dir: Path, options: dict[str, Any] | None = None) -> dict[str, str]:
@@ -54,13 +58,30 @@ def _read_reports(out_dir: Path) -> tuple[list[dict[str, Any]], list[str]]:
     reports, errors = [], []
     for path in sorted(out_dir.glob("probe-*.json")):
         try:
-            reports.append(json.loads(path.read_text()))
+            data = json.loads(path.read_text())
         except (OSError, ValueError) as e:
             errors.append(f"{path.name}: unreadable report ({e})")
+            continue
+        if not isinstance(data, dict):
+            errors.append(f"{path.name}: not a probe report")
+            continue
+        reports.append(data)
     for path in sorted(out_dir.glob("probe-*.error")):
         errors.append(f"{path.name}: {path.read_text().strip()}")
-    reports.sort(key=lambda r: (r.get("started_at") or 0.0, r.get("pid") or 0))
+    reports.sort(key=lambda r: (_num(r.get("started_at")), _num(r.get("pid"))))
     return reports, errors
+
+
+def _num(x: Any, default: float = 0.0) -> float:
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return default
+    return v if v == v else default
+
+
+def _int(x: Any) -> int:
+    return int(_num(x))
 
 
 def _near(sorted_ts: list[float], t: float, tol: float) -> bool:
@@ -68,32 +89,53 @@ def _near(sorted_ts: list[float], t: float, tol: float) -> bool:
     return any(abs(sorted_ts[k] - t) <= tol for k in (i - 1, i) if 0 <= k < len(sorted_ts))
 
 
+def _steps(r: dict[str, Any]) -> tuple[int, list[list[float]]]:
+    clock = r.get("clock") or {}
+    return _int(clock.get("steps")), list(clock.get("step_times") or [])
+
+
+def _windows(r: dict[str, Any]) -> list[tuple[float, float]]:
+    return [(_num(w.get("t0")), _num(w.get("t1"), float("inf"))) for w in r.get("eval_windows") or []]
+
+
+def _in_window(windows: list[tuple[float, float]], t: float) -> bool:
+    return any(a <= t <= b for a, b in windows)
+
+
 def _compile_events(r: dict[str, Any]) -> list[dict[str, Any]]:
-    steps = (r.get("optimizer") or {}).get("step_times") or []
+    _, step_times = _steps(r)
+    windows = _windows(r)
     pid = r.get("pid")
     events: list[dict[str, Any]] = []
 
-    def add(source: str, kind: str, t: float, function: str | None, cause: str | None) -> None:
+    def add(source: str, kind: str, t: float, function: str | None, cause: str | None,
+            step: int | None = None, in_eval: bool | None = None) -> None:
+        if step is None and step_times:
+            step = step_at(step_times, t)
         events.append({"source": source, "kind": kind, "t": t, "pid": pid, "function": function,
-                       "cause": cause, "step": step_at(steps, t) if steps else None})
+                       "cause": cause, "step": step,
+                       "eval": bool(in_eval) if in_eval is not None else _in_window(windows, t)})
 
     xla = r.get("xla") or {}
-    for t, _ns in (xla.get("compile") or {}).get("samples", []):
-        add("xla", "compile", t, None, None)
+    for sample in (xla.get("compile") or {}).get("samples", []):
+        add("xla", "compile", _num(sample[0]), None, None)
     jax = r.get("jax") or {}
-    hits = sorted(h["t"] for h in jax.get("cache_hits", []))
+    hits = sorted(_num(h.get("t")) for h in jax.get("cache_hits", []))
     for c in jax.get("compiles", []):
         # a persistent-cache hit is reported as a backend compile too; it costs no compilation
-        if _near(hits, c["t"], 0.05):
+        if _near(hits, _num(c.get("t")), 0.05):
             continue
-        add("jax", "compile", c["t"], c.get("function"), None)
+        add("jax", "compile", _num(c.get("t")), c.get("function"), None, c.get("step"), c.get("eval"))
     dyn = r.get("dynamo") or {}
     for rc in dyn.get("recompiles", []):
-        add("dynamo", "recompile", rc["t"], rc.get("function"), rc.get("reason") or rc.get("message", "")[:300])
+        add("dynamo", "recompile", _num(rc.get("t")), rc.get("function"),
+            rc.get("reason") or str(rc.get("message", ""))[:300], rc.get("step"), rc.get("eval"))
     for hit in dyn.get("recompile_limit", []):
-        add("dynamo", "recompile_limit", hit["t"], hit.get("function"), hit.get("reason"))
+        add("dynamo", "recompile_limit", _num(hit.get("t")), hit.get("function"), hit.get("reason"),
+            hit.get("step"), hit.get("eval"))
     for gb in dyn.get("graph_breaks", []):
-        add("dynamo", "graph_break", gb["t"], None, gb.get("reason") or gb.get("where"))
+        add("dynamo", "graph_break", _num(gb.get("t")), None, gb.get("reason") or gb.get("where"),
+            gb.get("step"), gb.get("eval"))
     return events
 
 
@@ -101,6 +143,14 @@ def _default_rules() -> "L2Rules":
     from ladder.migration.protocol import load_protocol
 
     return load_protocol().l2
+
+
+def main_process(probe: dict[str, Any]) -> dict[str, Any] | None:
+    """The training process: the one that stepped the most (rank 0 on ties: the first started)."""
+    procs = probe.get("processes") or []
+    if not procs:
+        return None
+    return max(procs, key=lambda r: (_steps(r)[0], -procs.index(r)))
 
 
 def merge_reports(out_dir: Path, rules: "L2Rules | None" = None) -> dict[str, Any] | None:
@@ -121,60 +171,54 @@ def merge_reports(out_dir: Path, rules: "L2Rules | None" = None) -> dict[str, An
     first_seen: dict[str, Any] = {}
     aten: dict[str, int] = {}
     xla_types, jax_backends, jax_platforms = set(), set(), set()
-    host = {"transfer_from_device": 0, "jax_host_reads": 0, "host_sync_ops": 0}
+    host = {"transfer_from_device": 0, "reads": 0, "host_sync_ops": 0}
     compiles = {"xla": 0, "xla_uncached": 0, "xla_cached": 0, "jax": 0, "jax_cache_hits": 0,
                 "dynamo_recompiles": 0, "dynamo_graph_breaks": 0, "dynamo_unique_graphs": 0}
     xla_execute = 0
     events: list[dict[str, Any]] = []
-    optimizers: list[dict[str, Any]] = []
     errors = list(read_errors)
     nonfinite: list[str] = []
-    steps = 0
-    grad_norms: dict[str, Any] = {}
+    skipped = 0
     for r in reports:
         pid = r.get("pid")
-        frameworks.update(r.get("frameworks") or {})
+        frameworks.update({str(k): str(v) for k, v in (r.get("frameworks") or {}).items()})
         t = r.get("torch") or {}
         for kind, key in (("param", "param_devices"), ("input", "input_devices")):
             for dev, n in (t.get(key) or {}).items():
-                torch_devices[kind][dev] = torch_devices[kind].get(dev, 0) + n
+                torch_devices[kind][dev] = torch_devices[kind].get(dev, 0) + _int(n)
         for dev, seen in (t.get("first_seen") or {}).items():
-            if dev not in first_seen or seen["t"] < first_seen[dev]["t"]:
+            if dev not in first_seen or _num(seen.get("t")) < _num(first_seen[dev].get("t")):
                 first_seen[dev] = {**seen, "pid": pid}
+        skipped += _int((t.get("grad_scaler") or {}).get("skipped"))
         x = r.get("xla") or {}
         if x:
             if x.get("device_type"):
                 xla_types.add(str(x["device_type"]))
             for name, n in (x.get("aten") or {}).items():
-                aten[name] = aten.get(name, 0) + n
+                aten[name] = aten.get(name, 0) + _int(n)
             c = x.get("counters") or {}
-            compiles["xla"] += (x.get("compile") or {}).get("count", 0)
-            compiles["xla_uncached"] += c.get("UncachedCompile", 0)
-            compiles["xla_cached"] += c.get("CachedCompile", 0)
-            xla_execute += (x.get("execute") or {}).get("count", 0) + (x.get("execute_replicated") or {}).get("count", 0)
-            host["transfer_from_device"] += (x.get("transfer_from_device") or {}).get("count", 0)
+            compiles["xla"] += _int((x.get("compile") or {}).get("count"))
+            compiles["xla_uncached"] += _int(c.get("UncachedCompile"))
+            compiles["xla_cached"] += _int(c.get("CachedCompile"))
+            xla_execute += _int((x.get("execute") or {}).get("count")) + _int((x.get("execute_replicated") or {}).get("count"))
+            host["transfer_from_device"] += _int((x.get("transfer_from_device") or {}).get("count"))
         j = r.get("jax") or {}
         if j:
             if j.get("backend"):
-                jax_backends.add(j["backend"])
-            jax_platforms.update(j.get("platforms") or [])
+                jax_backends.add(str(j["backend"]))
+            jax_platforms.update(str(p) for p in j.get("platforms") or [])
             compiles["jax_cache_hits"] += len(j.get("cache_hits") or [])
-            host["jax_host_reads"] += j.get("host_reads") or 0
+        host["reads"] += _int((r.get("host_reads") or {}).get("total"))
         d = r.get("dynamo") or {}
-        compiles["dynamo_unique_graphs"] += ((d.get("counters") or {}).get("stats") or {}).get("unique_graphs", 0)
+        compiles["dynamo_unique_graphs"] += _int(((d.get("counters") or {}).get("stats") or {}).get("unique_graphs"))
         ev = _compile_events(r)
         events += ev
         compiles["jax"] += sum(1 for e in ev if e["source"] == "jax")
         compiles["dynamo_recompiles"] += sum(1 for e in ev if e["kind"] == "recompile")
         compiles["dynamo_graph_breaks"] += sum(1 for e in ev if e["kind"] == "graph_break")
-        for o in r.get("optimizers") or []:
-            optimizers.append({**o, "pid": pid})
         errors += [f"pid {pid}: {e}" for e in r.get("errors") or []]
         nonfinite += [f"pid {pid}: {n}" for n in r.get("nonfinite_params") or []]
-        steps = max(steps, (r.get("optimizer") or {}).get("steps", 0))
-        gn = r.get("grad_norms") or {}
-        if len(gn.get("values") or []) > len(grad_norms.get("values") or []):
-            grad_norms = {**gn, "pid": pid}  # the training process: the one that stepped the most
+    main = max(reports, key=lambda r: (_steps(r)[0], -reports.index(r)))
     classified = classify_aten(aten, rules.fallback_allow, rules.host_sync_ops)
     host["host_sync_ops"] = sum(classified["host_sync"].values())
     events.sort(key=lambda e: e["t"])
@@ -186,15 +230,128 @@ def merge_reports(out_dir: Path, rules: "L2Rules | None" = None) -> dict[str, An
                       "jax_devices": sorted(jax_platforms)},
         "torch_devices": {**torch_devices, "first_seen": first_seen},
         "xla_executions": xla_execute,
-        "optimizer_steps": steps,
+        "optimizer_steps": _steps(main)[0],
+        "main_pid": main.get("pid"),
         "compiles": compiles,
         "compile_events": events,
         "aten_counters": aten,
         "aten": classified,
         "host_transfers": host,
-        "optimizers": optimizers,
+        "optimizers": main.get("optimizers") or [],
+        "eval_windows": main.get("eval_windows") or [],
         "nonfinite_params": nonfinite,
-        "grad_norms": grad_norms or None,
+        "skipped_steps": skipped,
+        "grad_norms": (main.get("grad_norms") or None),
+        "seed": main.get("seed"),
         "errors": errors,
         "processes": reports,
     }
+
+
+# ---------------------------------------------------------------- measures shared by run and baseline
+
+@dataclass
+class ReadRate:
+    """Host reads per training step in one process, evaluation apart."""
+
+    pid: Any
+    per_step: float
+    steps_judged: int
+    train_reads: int
+    eval_reads: int
+    after_training: int
+    ops: dict[str, int] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        ops = ", ".join(f"{k} x{v}" for k, v in sorted(self.ops.items(), key=lambda kv: -kv[1])[:4])
+        return (f"{self.per_step:.3f} reads per training step over {self.steps_judged} steps "
+                f"({self.train_reads} in training; {self.eval_reads} during evaluation and "
+                f"{self.after_training} after the last step, not judged; {ops or 'no reads'})")
+
+
+def eval_steps(run: "RunRecord", proc: dict[str, Any]) -> set[int]:
+    """The training steps after which an evaluation ran: from the log's eval lines (their step, else their
+    time mapped through the process's step clock) and from the probe's evaluation windows."""
+    steps_ = set()
+    _, step_times = _steps(proc)
+    for e in run.evals:
+        if e.step is not None:
+            steps_.add(int(e.step))
+        elif step_times:
+            steps_.add(step_at(step_times, run.started_at + e.t))
+    for w in proc.get("eval_windows") or []:
+        steps_.add(_int(w.get("step")))
+    return steps_
+
+
+def read_rates(run: "RunRecord") -> list[ReadRate] | None:
+    """Per process with training steps; None when the probe did not count host reads (an old report)."""
+    probe = run.probe or {}
+    procs = [p for p in probe.get("processes") or [] if "host_reads" in p]
+    if not procs:
+        return None
+    out = []
+    for p in procs:
+        steps, _ = _steps(p)
+        if steps < 2:
+            continue
+        hr = p.get("host_reads") or {}
+        evals = eval_steps(run, p)
+        train = eval_r = after = judged = 0
+        by = {_int(s): (_int(a), _int(b)) for s, a, b in hr.get("by_step") or []}
+        for s in range(1, steps):  # the interval after step s; before step 1 is set-up, after the last is the end
+            a, b = by.get(s, (0, 0))
+            if s in evals:
+                eval_r += a + b
+                continue
+            eval_r += b
+            train += a
+            judged += 1
+        for s, (a, b) in by.items():
+            if s >= steps:
+                after += a + b
+        out.append(ReadRate(p.get("pid"), train / judged if judged else 0.0, judged, train, eval_r, after,
+                            {str(k): _int(v) for k, v in (hr.get("ops") or {}).items()}))
+    return out
+
+
+@dataclass
+class CompileGrowth:
+    """New compiled graphs in one process: when in training they happened (first half, second half), and
+    which ones were evaluation's or the last step's (allowed)."""
+
+    pid: Any
+    steps: int
+    first_half: int
+    second_half_steps: list[int]
+    allowed: int  # evaluation's and the last step's compiles
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+
+def compile_growth(run: "RunRecord", warmup: int) -> list[CompileGrowth]:
+    probe = run.probe or {}
+    out = []
+    for p in probe.get("processes") or []:
+        steps, _ = _steps(p)
+        evals = eval_steps(run, p)
+        late_steps: set[int] = set()
+        first = allowed = 0
+        late_events = []
+        for e in _compile_events(p):
+            if e["kind"] == "graph_break":
+                continue
+            s = e.get("step")
+            if s is None:
+                continue
+            if e.get("eval") or s in evals or s >= steps:
+                allowed += 1
+                continue
+            if s <= warmup:
+                continue
+            if s <= steps / 2:
+                first += 1
+            else:
+                late_steps.add(int(s))
+                late_events.append(e)
+        out.append(CompileGrowth(p.get("pid"), steps, first, sorted(late_steps), allowed, late_events))
+    return out

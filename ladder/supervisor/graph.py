@@ -21,7 +21,7 @@ from ladder._util.errors import LadderError
 from ladder.agents import Agent, make_agent
 from ladder.journal import entries as je
 from ladder.checks.results import highest_level
-from ladder.baselines.store import Baseline, latest
+from ladder.baselines.store import Baseline
 from ladder.supervisor import git_ops, steps
 from ladder.supervisor.steps import Migration
 
@@ -57,10 +57,7 @@ def _agent(state: State, config: RunnableConfig, m: Migration) -> Agent:
 
 
 def _baseline(m: Migration) -> Baseline:
-    b = latest(m.spec)
-    if b is None:
-        raise LadderError("the baseline disappeared during the migration", "restore baselines/ and resume")
-    return b
+    return steps.pinned_baseline(m)
 
 
 def node_setup(state: State, config: RunnableConfig) -> dict[str, Any]:
@@ -134,7 +131,7 @@ def node_checks(state: State, config: RunnableConfig) -> dict[str, Any]:
     n = state["attempt"]
     if not steps._run_entries(m, n, "short"):
         return {}
-    out = steps.ensure_checks(m, n, "short", _baseline(m))
+    out = steps.ensure_checks(m, n, "short", _baseline(m), _cfg(config).get("progress"))
     return {"best": n} if steps.reaches(out["achieved"], "L2") else {}
 
 
@@ -229,7 +226,7 @@ def after_full_run(state: State) -> str:
 def node_final_checks(state: State, config: RunnableConfig) -> dict[str, Any]:
     m = _migration(state, config)
     n = state["best"]
-    out = steps.ensure_checks(m, n, "full", _baseline(m))
+    out = steps.ensure_checks(m, n, "full", _baseline(m), _cfg(config).get("progress"))
     if steps.reaches(out["achieved"], "L3"):
         return {"finished": f"attempt {n} reached {out['achieved']} on the full run"}
     return {"best": None, "attempt": max(state["attempt"], n)}

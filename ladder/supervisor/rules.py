@@ -41,8 +41,9 @@ def journal_so_far(m: Migration) -> stoprules.JournalSoFar:
     return stoprules.JournalSoFar(migration_started_at=started, attempts=attempts)
 
 
-def _latest(m: Migration, n: int) -> tuple[RunRecord | None, LadderResult | None]:
-    entry = steps.check_entry(m, n, "short")
+def _latest(m: Migration, n: int, kind: str | None = None) -> tuple[RunRecord | None, LadderResult | None]:
+    """The attempt's latest judged run and its result: the full run's once it has one (or `kind`'s)."""
+    entry = steps.check_entry(m, n, kind) if kind else (steps.check_entry(m, n, "full") or steps.check_entry(m, n, "short"))
     if entry is None:
         return None, None
     run = RunRecord.load(m.workspace / entry.content["run_dir"])
@@ -76,7 +77,7 @@ def evaluate(m: Migration, n: int, state: dict[str, Any]) -> dict[str, Any] | No
 def full_run_estimate(m: Migration, n: int, state: dict[str, Any]) -> dict[str, Any] | None:
     """A pause payload when the full run of attempt n is estimated over the limit; None to go on."""
     protocol = protocol_with_limits(m.protocol, state.get("limits") or {})
-    run, _ = _latest(m, n)
+    run, _ = _latest(m, n, "short")
     if run is None:
         return None
     d = stoprules.full_run_estimate(run, m.spec.experiment.full_steps, protocol)

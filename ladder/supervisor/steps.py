@@ -16,7 +16,7 @@ from typing import Any
 from ladder._util.errors import LadderError
 from ladder._util.hashing import manifest_digest, verify_manifest, write_manifest
 from ladder.agents import Agent, AgentResult, AttemptContext
-from ladder.baselines.store import Baseline, create_baseline, latest, require_intact
+from ladder.baselines.store import Baseline, create_baseline, extend_baseline, latest, pinned, require_intact
 from ladder.checks import CheckContext, run_ladder
 from ladder.journal import entries as je
 from ladder.journal.store import Entry, Journal, verify_journal
@@ -71,14 +71,24 @@ def ensure_migration(m: Migration, agent: str) -> None:
 
 
 def ensure_baseline(m: Migration, seeds: int, full_seeds: int, progress: Progress = None) -> Baseline:
-    """Reuse the stored baseline when it verifies; otherwise run and store one."""
+    """Pin the baseline: reuse the stored one when it verifies, otherwise run and store one. Once pinned in
+    the journal, that version is the migration's for good (see pinned_baseline)."""
+    if m.journal.last("baseline") is not None:
+        return pinned_baseline(m)
     b = latest(m.spec)
     if b is None:
         b = create_baseline(m.spec, seeds=seeds, full_seeds=full_seeds, progress=progress)
     require_intact(b)
-    recorded = m.journal.last("baseline")
-    if recorded is None or recorded.content.get("digest") != b.digest:
-        je.append_baseline(m.journal, b.root, root=m.workspace)
+    je.append_baseline(m.journal, b.root, root=m.workspace)
+    return b
+
+
+def pinned_baseline(m: Migration) -> Baseline:
+    """The version the journal pinned (a newer one beside it is ignored; `ladder status` says so)."""
+    b, _ = pinned(m.spec, journal_path(m.spec))
+    if b is None:
+        raise LadderError("the migration has no baseline", "run `ladder baseline`, or resume to let the supervisor store one")
+    require_intact(b)
     return b
 
 
@@ -296,29 +306,73 @@ def check_entry(m: Migration, n: int, kind: str) -> Entry | None:
     return None
 
 
-def ensure_checks(m: Migration, n: int, kind: str, baseline: Baseline) -> dict[str, Any]:
-    """Run the ladder on the attempt's run of this kind; record checks, failure notes and the result."""
+def _judge(m: Migration, n: int, kind: str, baseline: Baseline) -> Entry:
+    run = ensure_run(m, n, kind)
+    run_dir = m.workspace / _run_entries(m, n, kind)[-1].content["run_dir"]
+    ctx = CheckContext(run=run, protocol=m.protocol, baseline=baseline,
+                       expected_platform=m.spec.profile("target").platform,
+                       full_run=run if kind == "full" else None, options={"run_dir": m.rel(run_dir)})
+    result = run_ladder(ctx, up_to="L4" if kind == "full" else "L2")
+    result.run_dir = str(run_dir)
+    entry = je.append_check(m.journal, n, result, kind, root=m.workspace)
+    _record_notes(m, n, result, run)
+    return entry
+
+
+def _result(m: Migration, n: int, kind: str, found: Entry, rejudged: bool) -> None:
+    decl = declaration(m, n)
+    started = attempt_entry(m, n).content.get("started_at")
+    je.append_attempt_result(
+        m.journal, n, declared_level=decl.content.get("level") if decl else None,
+        achieved_level=found.content["achieved_level"], kind=kind,
+        wall_s=round(time.time() - started, 3) if started else None,
+        caught_by=caught_by(found.content["checks"]), rejudged=rejudged)
+    update_pull_request(m, n)
+
+
+def seeds_wanted(m: Migration, checks: list[dict[str, Any]], kind: str, baseline: Baseline) -> dict[str, int] | None:
+    """The baseline size that would decide the undecided checks ({"seeds": s, "full_seeds": f}), within the
+    protocol's max_seeds; None when nothing is undecided or the baseline is already that large."""
+    more = 0
+    for c in checks:
+        if c.get("status") == "undecided":
+            more = max(more, int(((c.get("details") or {}).get("calibrated") or {}).get("more_seeds") or 0))
+    if not more:
+        return None
+    cap = m.protocol.calibrated.max_seeds
+    seeds, fulls = len(baseline.meta.seeds), len(baseline.meta.full_seeds)
+    if kind == "full":
+        borrowed = any("spread_from" in (((c.get("details") or {}).get("calibrated") or {}).get("band") or {})
+                       for c in checks if c.get("status") == "undecided")
+        target = min(fulls + more, cap)
+        if borrowed or target == fulls:
+            target = max(target, min(m.protocol.calibrated.min_seeds, cap))
+        return {"seeds": seeds, "full_seeds": target} if target > fulls else None
+    target = min(seeds + more, cap)
+    return {"seeds": target, "full_seeds": fulls} if target > seeds else None
+
+
+def ensure_checks(m: Migration, n: int, kind: str, baseline: Baseline, progress: Progress = None) -> dict[str, Any]:
+    """Run the ladder on the attempt's run of this kind; record checks, failure notes and the result.
+
+    When a calibrated check is undecided, the baseline gets the seeds it asks for (up to max_seeds, once
+    per attempt and kind, journaled as a new pin of the same version) and the run is judged once more;
+    still undecided, the stop rules ask the human."""
     found = check_entry(m, n, kind)
     if found is None:
-        run = ensure_run(m, n, kind)
-        run_dir = m.workspace / _run_entries(m, n, kind)[-1].content["run_dir"]
-        ctx = CheckContext(run=run, protocol=m.protocol, baseline=baseline,
-                           expected_platform=m.spec.profile("target").platform,
-                           full_run=run if kind == "full" else None, options={"run_dir": m.rel(run_dir)})
-        result = run_ladder(ctx, up_to="L4" if kind == "full" else "L2")
-        result.run_dir = str(run_dir)
-        found = je.append_check(m.journal, n, result, kind, root=m.workspace)
-        _record_notes(m, n, result, run)
+        found = _judge(m, n, kind, baseline)
     if not any(e.content.get("kind") == kind for e in m.journal.entries("attempt_result", attempt=n)):
-        decl = declaration(m, n)
-        declared = decl.content.get("level") if decl else None
-        achieved = found.content["achieved_level"]
-        started = attempt_entry(m, n).content.get("started_at")
-        je.append_attempt_result(
-            m.journal, n, declared_level=declared, achieved_level=achieved, kind=kind,
-            wall_s=round(time.time() - started, 3) if started else None,
-            caught_by=caught_by(found.content["checks"]))
-        update_pull_request(m, n)
+        _result(m, n, kind, found, rejudged=False)
+    extended = [e for e in m.journal.entries("baseline") if e.content.get("extended_for") == {"attempt": n, "kind": kind}]
+    if not extended:
+        want = seeds_wanted(m, found.content["checks"], kind, baseline)
+        if want is not None:
+            b = extend_baseline(m.spec, baseline.root, want["seeds"], want["full_seeds"], progress=progress)
+            extended = [je.append_baseline(m.journal, b.root, root=m.workspace,
+                                           extended_for={"attempt": n, "kind": kind})]
+    if extended and found.seq < extended[-1].seq:  # seeds were added after this judgement: judge again
+        found = _judge(m, n, kind, pinned_baseline(m))
+        _result(m, n, kind, found, rejudged=True)
     return {"achieved": found.content["achieved_level"], "kind": kind}
 
 

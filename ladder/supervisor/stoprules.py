@@ -103,6 +103,19 @@ def short_divergence(result: LadderResult | list[CheckResult]) -> StopDecision:
     return StopDecision(False, "short_divergence", "loss window, metric and trend within the thresholds", ev)
 
 
+def still_undecided(result: LadderResult | list[CheckResult]) -> StopDecision:
+    """Stop when a calibrated check is still undecided after the supervisor added the seeds it asked for
+    (up to max_seeds): the seeds cannot tell this run from the reference, a human decides."""
+    checks = result.checks if isinstance(result, LadderResult) else result
+    undecided = [c for c in checks if c.status == "undecided"]
+    ev = {c.name: {"evidence": c.evidence[:300]} for c in undecided}
+    if not undecided:
+        return StopDecision(False, "undecided", "no undecided check", ev)
+    names = ", ".join(f"{c.level}/{c.name}" for c in undecided)
+    return StopDecision(True, "undecided", f"{names} still undecided with the baseline's seeds (max_seeds reached "
+                        "or no spread): accept to take the attempt further, continue to try another", ev)
+
+
 def full_run_estimate(short_run: RunRecord, full_steps: int, protocol: "Protocol") -> StopDecision:
     """Stop when median short-run step time x full steps + compile time exceeds [limits].max_full_run_hours.
 
@@ -133,6 +146,7 @@ def stop_decisions(journal: JournalSoFar, protocol: "Protocol", latest: RunRecor
     out = [no_l0(journal, protocol, latest, now)]
     if latest_result is not None:
         out.append(short_divergence(latest_result))
+        out.append(still_undecided(latest_result))
     if latest is not None and latest.kind == "short" and full_steps:
         out.append(full_run_estimate(latest, full_steps, protocol))
     return out

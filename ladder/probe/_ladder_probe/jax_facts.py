@@ -1,0 +1,420 @@
+"""JAX facts: the backend and its devices, compilations (with the training step they happened at),
+host reads of jax.Arrays and host callbacks run from compiled code, the calls of every jitted function,
+and the training-step clock.
+
+The clock: JAX has no optimizer hook, so `jax.jit` and `jax.pmap` are wrapped. The wrapped function
+traces the user's function with a small context around it; when the optimizer update (optax_facts) is
+traced inside it, that function is the training step, and each host call of it is one step. The same
+context carries the gradient and parameter norms that the update computed out as one extra output of the
+step (a tuple of scalars), so they are recorded without a host callback inside the step and without a
+second trace: the step compiles exactly as often as without the probe. Values stay on the device until
+exit. A function whose update is traced under a nested transformation (shard_map, scan, vmap) counts
+steps but cannot hand its norms out; the report says so.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import threading
+import time
+
+import _ladder_probe as core
+
+SNAPSHOT_ORDER = 1
+_MAX_BY_STEP = 5000
+_s: dict = {}
+_tls = threading.local()
+
+
+def reset() -> None:
+    functions = _s.get("functions", [])  # wrapped functions outlive a fork: the child starts their counts anew
+    for rec in functions:
+        rec.update(calls=0, by_step={})
+    _s.clear()
+    _s.update(backend=None, platforms=[], device_count=None, compiles=[], cache_hits=[], functions=functions,
+              host_reads_hooked=None)
+
+
+reset()
+
+
+# ---------------------------------------------------------------- tracing context
+
+class Box:
+    """What one trace of a wrapped function learns: whether the optimizer update ran inside it, and the
+    norms it computed (tracers of this trace) to hand out as an extra output."""
+
+    __slots__ = ("trace", "update_seen", "aux", "nested", "owner")
+
+    def __init__(self, owner) -> None:
+        self.owner = owner
+        self.update_seen = False
+        self.aux = None
+        self.nested = False
+        try:
+            from jax._src import core as jcore
+
+            self.trace = jcore.unsafe_get_current_trace()
+        except Exception:
+            self.trace = None
+
+    def offer(self, aux) -> None:
+        """The update's norms, if they belong to this trace (not to a transformation nested in it)."""
+        self.update_seen = True
+        if self.aux is not None:
+            return
+        leaf = aux[0]
+        if self.trace is not None and getattr(leaf, "_trace", None) is self.trace:
+            self.aux = aux
+        else:
+            self.nested = True
+
+
+def _stack() -> list:
+    st = getattr(_tls, "stack", None)
+    if st is None:
+        st = _tls.stack = []
+    return st
+
+
+def current_box() -> Box | None:
+    st = _stack()
+    return st[-1] if st else None
+
+
+class Aux:
+    """The step's output with the probe's norms beside it (a pytree node, unpacked before the program
+    sees the output)."""
+
+    __slots__ = ("out", "aux")
+
+    def __init__(self, out, aux) -> None:
+        self.out, self.aux = out, aux
+
+
+def _register_aux(jax) -> None:
+    jax.tree_util.register_pytree_node(Aux, lambda a: ((a.out, a.aux), None), lambda _, c: Aux(*c))
+
+
+# ---------------------------------------------------------------- jit / pmap
+
+def _rows(args) -> int | None:
+    """The leading size of the last positional argument (the batch, by the usual habit)."""
+    if not args:
+        return None
+    a = args[-1]
+    for _ in range(4):
+        shape = getattr(a, "shape", None)
+        if shape is not None:
+            return int(shape[0]) if len(shape) else None
+        if isinstance(a, dict) and a:
+            a = a[sorted(a, key=str)[0]]
+        elif isinstance(a, (list, tuple)) and a:
+            a = a[0]
+        else:
+            return None
+    return None
+
+
+class Traced:
+    """What `jax.jit(fun)` / `jax.pmap(fun)` return under the probe: the real jitted function of `fun`
+    (traced inside a context), with the same call, attributes and signature."""
+
+    def __init__(self, original, fun, kwargs: dict, kind: str) -> None:
+        self._original, self._fun, self._kwargs, self._kind = original, fun, kwargs, kind
+        self._plain = None
+        name = getattr(fun, "__name__", None) or type(fun).__name__
+        self._rec = {"name": f"{kind}({name})", "calls": 0, "train": False, "traces": 0, "nested": False,
+                     "by_step": {}}
+        core.append(_s["functions"], self._rec, 500)
+        if kind == "jit":
+            out_ok = "out_shardings" not in kwargs
+        else:
+            out_ok = kwargs.get("out_axes", 0) == 0
+        self._aux_ok = out_ok
+        self._jitted = original(self._make_traced(fun), **kwargs)
+        try:
+            functools.update_wrapper(self, fun)
+        except Exception:
+            pass
+
+    def _make_traced(self, fun):
+        rec = self._rec
+
+        def traced(*args, **kwargs):
+            box = Box(self)
+            st = _stack()
+            st.append(box)
+            try:
+                out = fun(*args, **kwargs)
+            finally:
+                st.pop()
+            rec["traces"] += 1
+            if box.update_seen:
+                rec["train"] = True
+            if box.nested:
+                rec["nested"] = True
+                if core.grad_norms.why_missing is None:
+                    core.grad_norms.why_missing = (f"the optimizer update of {rec['name']} is traced under a "
+                                                   "nested transformation (shard_map, scan, vmap)")
+            if box.aux is not None and self._aux_ok:
+                return Aux(out, box.aux)
+            return out
+
+        try:
+            functools.update_wrapper(traced, fun)  # jit reads the signature (static_argnames) through it
+        except Exception:
+            pass
+        return traced
+
+    def __call__(self, *args, **kwargs):
+        outer = current_box()
+        if outer is not None:  # called while another function is traced: not a host call
+            res = self._jitted(*args, **kwargs)
+            if type(res) is Aux:
+                outer.offer(res.aux)
+                return res.out
+            if self._rec["train"]:
+                outer.update_seen = True
+            return res
+        rec = self._rec
+        ticked = False
+        if rec["train"]:
+            core.clock.tick("jax training step")
+            ticked = True
+        res = self._jitted(*args, **kwargs)
+        try:
+            rec["calls"] += 1
+            if rec["train"] and not ticked:  # learnt while tracing this first call
+                core.clock.tick("jax training step")
+            if not rec["train"]:
+                b = rec["by_step"].get(core.clock.step)
+                if b is None and len(rec["by_step"]) < _MAX_BY_STEP:
+                    b = rec["by_step"][core.clock.step] = [0, 0]
+                if b is not None:
+                    b[0] += 1
+                    b[1] += _rows(args) or 0
+            if type(res) is Aux:
+                _keep(res.aux)
+                return res.out
+        except Exception as e:
+            core.record_error("jit call", e)
+            if type(res) is Aux:
+                return res.out
+        return res
+
+    def __get__(self, obj, objtype=None):
+        return self if obj is None else functools.partial(self, obj)
+
+    def _plain_fn(self):
+        if self._plain is None:
+            self._plain = self._original(self._fun, **self._kwargs)
+        return self._plain
+
+    def lower(self, *a, **k):  # ahead-of-time use gets the program's own function, without the probe's output
+        return self._plain_fn().lower(*a, **k)
+
+    def trace(self, *a, **k):
+        return self._plain_fn().trace(*a, **k)
+
+    def eval_shape(self, *a, **k):
+        return self._plain_fn().eval_shape(*a, **k)
+
+    def __getattr__(self, name):
+        if name.startswith("__") or name in ("_jitted", "_plain", "_original", "_fun", "_kwargs", "_rec"):
+            raise AttributeError(name)
+        return getattr(self._jitted, name)
+
+
+def _keep(aux) -> None:
+    gn = core.grad_norms
+    step = core.clock.step
+    if gn.owner is None:
+        gn.owner, gn.source, gn.collect = "jax", "optax update (outermost transformation)", _collect
+    if gn.owner != "jax" or len(gn.values) >= core.MAX_GRAD_NORMS or not core.kept(step):
+        return
+    gn.values.append((step, aux))
+
+
+def _scalar(x) -> float | None:
+    if x is None:
+        return None
+    shape = getattr(x, "shape", ())
+    v = x[0] if shape else x  # pmap: one value per device; they agree when the gradients are synchronised
+    return float(v)
+
+
+def _collect(values: list) -> list:
+    jax = sys.modules["jax"]
+    host = jax.device_get([aux for _, aux in values])
+    clip = (core.grad_norms.clip or {}).get("max_norm")
+    first = (core.grad_norms.clip or {}).get("first", False)
+    out = []
+    for (step, _), aux in zip(values, host):
+        g, p = _scalar(aux[0]), _scalar(aux[1]) if len(aux) > 1 else None
+        # The outermost transformation sees the gradient before clipping: the optimizer receives the
+        # clipped one when a global-norm clip comes first in the chain.
+        post = min(g, clip) if clip is not None and first and g is not None and g == g else g
+        out.append([step, post, p, g])
+    return [[s] + [x if x is None or (x == x and abs(x) != float("inf")) else repr(x) for x in r]
+            for s, *r in out]
+
+
+def _wrap_transform(jax, attr: str, kind: str) -> None:
+    original = getattr(jax, attr, None)
+    if original is None or getattr(original, "_ladder_wrapped", False):
+        return
+
+    def wrapper(fun=None, /, *args, **kwargs):
+        if fun is None:  # the decorator-factory form: jax.jit(static_argnames=...)(f)
+            return lambda f: wrapper(f, *args, **kwargs)
+        if args:  # a call this probe does not know: leave it alone
+            return original(fun, *args, **kwargs)
+        try:
+            return Traced(original, fun, kwargs, kind)
+        except Exception as e:
+            core.record_error(f"{attr} wrapper", e)
+            return original(fun, **kwargs)
+
+    try:
+        functools.update_wrapper(wrapper, original)
+    except Exception:
+        pass
+    wrapper._ladder_wrapped = True
+    setattr(jax, attr, wrapper)
+
+
+def _wrap_pmap(jax) -> None:
+    original = getattr(jax, "pmap", None)
+    if original is None or getattr(original, "_ladder_wrapped", False):
+        return
+
+    def pmap(fun=None, axis_name=None, **kwargs):
+        if fun is None:
+            return lambda f: pmap(f, axis_name, **kwargs)
+        try:
+            return Traced(original, fun, {"axis_name": axis_name, **kwargs}, "pmap")
+        except Exception as e:
+            core.record_error("pmap wrapper", e)
+            return original(fun, axis_name, **kwargs)
+
+    try:
+        functools.update_wrapper(pmap, original)
+    except Exception:
+        pass
+    pmap._ladder_wrapped = True
+    jax.pmap = pmap
+
+
+# ---------------------------------------------------------------- host reads
+
+def _hook_host_reads(jax) -> bool:
+    arr = sys.modules.get("jax._src.array")
+    cls = getattr(arr, "ArrayImpl", None)
+    prop = getattr(cls, "_value", None) if cls is not None else None
+    if not (isinstance(prop, property) and prop.fget is not None):
+        return False
+    fget = prop.fget
+    count = core.reads.count
+
+    def _value(self):
+        # _npy_value is None until the array has been read back: this read is a host transfer
+        if getattr(self, "_npy_value", 1) is None:
+            count("jax.Array read")
+        return fget(self)
+
+    cls._value = property(_value, doc=prop.__doc__)
+    return True
+
+
+def _hook_callbacks(jax) -> None:
+    """A host callback inside a compiled step (jax.debug.callback, jax.debug.print) is a host round-trip
+    each time the step runs: each run is counted as a read."""
+    dbg = sys.modules.get("jax._src.debugging")
+    original = getattr(dbg, "debug_callback", None) if dbg is not None else None
+    if original is None or getattr(original, "_ladder_wrapped", False):
+        return
+    count = core.reads.count
+
+    def debug_callback(callback, *args, **kwargs):
+        def counted(*a, **k):
+            count("host callback")
+            return callback(*a, **k)
+
+        return original(counted, *args, **kwargs)
+
+    functools.update_wrapper(debug_callback, original)
+    debug_callback._ladder_wrapped = True
+    dbg.debug_callback = debug_callback
+    if getattr(jax.debug, "callback", None) is original:
+        jax.debug.callback = debug_callback
+
+
+# ---------------------------------------------------------------- compiles and the backend
+
+def _duration_listener(event, duration, **kw):
+    try:
+        if event == "/jax/core/compile/backend_compile_duration":
+            core.append(_s["compiles"], {"t": time.time(), "function": str(kw.get("fun_name", "?")),
+                                         "duration_s": float(duration), "step": core.clock.step,
+                                         "eval": core.clock.eval})
+            if _s["backend"] is None:
+                _snapshot_backend()
+    except Exception as e:
+        core.record_error("jax listener", e)
+
+
+def _event_listener(event, **kw):
+    try:
+        if event == "/jax/compilation_cache/cache_hits":
+            core.append(_s["cache_hits"], {"t": time.time()})
+    except Exception as e:
+        core.record_error("jax listener", e)
+
+
+def _snapshot_backend() -> None:
+    jax = sys.modules.get("jax")
+    xb = sys.modules.get("jax._src.xla_bridge")
+    if jax is None or xb is None or not getattr(xb, "_backends", None):
+        return  # the user never started a backend; asking would start one
+    _s["backend"] = jax.default_backend()
+    devs = jax.devices()
+    _s["platforms"] = sorted({d.platform for d in devs})
+    _s["device_count"] = len(devs)
+
+
+def on_jax(jax) -> None:
+    import atexit
+
+    core.framework("jax", str(getattr(jax, "__version__", "?")))
+    mon = jax.monitoring
+    mon.register_event_duration_secs_listener(_duration_listener)
+    mon.register_event_listener(_event_listener)
+    _s["host_reads_hooked"] = _hook_host_reads(jax)
+    _register_aux(jax)
+    _wrap_transform(jax, "jit", "jit")
+    _wrap_pmap(jax)
+    try:
+        _hook_callbacks(jax)
+    except Exception as e:
+        core.record_error("jax callbacks", e)
+    atexit.register(core.finalise)
+
+
+HOOKS = {"jax": on_jax}
+
+
+def snapshot() -> dict:
+    if "jax" not in core.report["frameworks"]:
+        return {}
+    try:
+        _snapshot_backend()
+    except Exception as e:
+        core.record_error("jax backend", e)
+    functions = [{**{k: v for k, v in f.items() if k != "by_step"},
+                  "by_step": [[s, c, r] for s, (c, r) in sorted(f["by_step"].items())]}
+                 for f in _s["functions"] if f["calls"] or f["traces"]]
+    return {"jax": {"backend": _s["backend"], "platforms": _s["platforms"], "device_count": _s["device_count"],
+                    "compiles": _s["compiles"], "cache_hits": _s["cache_hits"],
+                    "host_reads_hooked": _s["host_reads_hooked"], "functions": functions}}

@@ -1,0 +1,269 @@
+"""optax facts: the optimizer as the program built it, and the gradient at the outermost transformation.
+
+Every public optax constructor that returns a GradientTransformation is wrapped: the transformation it
+returns carries a description (its function, its arguments, the transformations it was given) and an
+update that knows how deep it is called. The outermost update (depth 0: the whole chain, the whole
+multi_transform) is "the optimizer":
+- one record per outermost transformation, its branches and masks resolved per parameter into groups of
+  equal hyperparameters (name, betas, eps, weight decay and whether it is coupled or decoupled,
+  momentum, nesterov), each group listing its parameters' paths and shapes, and the global-norm clip;
+- the global norms of the gradient it receives (before any clipping in the chain, across every
+  branch) and of the parameters, handed to jax_facts' context as the step's extra output.
+Nothing is added to a step that jax_facts does not trace: an eager update records its norms directly.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import sys
+import threading
+
+import _ladder_probe as core
+from _ladder_probe import jax_facts
+
+SNAPSHOT_ORDER = 3
+_tls = threading.local()
+_desc: dict = {}  # id(transformation) -> its description
+_alive: list = []  # the described transformations, kept so that their ids are never reused
+_orig: dict = {}
+_ALIASES = {"adam", "adamw", "sgd", "nadam", "nadamw", "rmsprop", "adagrad", "adafactor", "lamb", "lion", "lars",
+            "adabelief", "radam", "adamax", "adamaxw", "noisy_sgd", "adadelta", "amsgrad", "novograd", "sm3", "yogi",
+            "fromage", "adan", "polyak_sgd", "sign_sgd", "signum", "rprop", "lbfgs", "scale_by_adam"}
+_DECOUPLED = {"adamw", "nadamw", "adamaxw", "lamb", "lion", "adan"}  # they take weight_decay themselves
+_SCALERS = _ALIASES | {"scale_by_adam", "scale_by_rms", "scale_by_learning_rate", "scale", "trace", "scale_by_schedule"}
+
+
+def reset() -> None:
+    for d in _desc.values():
+        d.pop("recorded", None)
+
+
+def on_optax(optax) -> None:
+    core.framework("optax", str(getattr(optax, "__version__", "?")))
+    gt = getattr(optax, "GradientTransformation", None)
+    if gt is None:
+        return
+    _orig["gt"] = gt
+    _orig["global_norm"] = optax.global_norm
+    for name in dir(optax):
+        if name.startswith("_"):
+            continue
+        fn = getattr(optax, name, None)
+        if inspect.isfunction(fn) and not getattr(fn, "_ladder_wrapped", False):
+            setattr(optax, name, _wrap_ctor(name, fn))
+
+
+HOOKS = {"optax": on_optax}
+
+
+def _wrap_ctor(name: str, fn):
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        sig = None
+
+    def ctor(*args, **kwargs):
+        tx = fn(*args, **kwargs)
+        try:
+            if isinstance(tx, _orig["gt"]):
+                tx = _described(name, tx, sig, args, kwargs)
+        except Exception as e:
+            core.record_error(f"optax {name}", e)
+        return tx
+
+    functools.update_wrapper(ctor, fn)
+    ctor._ladder_wrapped = True
+    return ctor
+
+
+def _described(name: str, tx, sig, args, kwargs):
+    desc: dict = {"fn": name, "args": {}, "children": [], "objects": {}}
+    bound = None
+    if sig is not None:
+        try:
+            bound = sig.bind_partial(*args, **kwargs)
+            bound.apply_defaults()
+        except TypeError:
+            bound = None
+    items = list(bound.arguments.items()) if bound is not None else [(str(i), a) for i, a in enumerate(args)]
+    for key, value in items:
+        kids = _children(value, key)
+        if kids:
+            desc["children"] += kids
+        elif callable(value) or (not isinstance(value, (int, float, str, bool, type(None), list, tuple))):
+            desc["objects"][key] = value  # a schedule, a mask or label function, a mask or label pytree
+            desc["args"][key] = "<schedule>" if key in ("learning_rate", "lr") and callable(value) else "<object>"
+        else:
+            desc["args"][key] = core.jsonable(value)
+    new = tx._replace(update=_wrap_update(tx.update, desc))
+    _desc[id(new)] = desc
+    _alive.append(new)
+    return new
+
+
+def _children(value, key: str) -> list:
+    if isinstance(value, _orig["gt"]) and id(value) in _desc:
+        return [{"label": key, "desc": _desc[id(value)]}]
+    out = []
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if isinstance(v, _orig["gt"]) and id(v) in _desc:
+                out.append({"label": str(k), "desc": _desc[id(v)]})
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            if isinstance(v, tuple) and len(v) == 2 and isinstance(v[0], str):  # named_chain
+                out += _children(v[1], v[0])
+            else:
+                out += _children(v, str(i))
+    return out
+
+
+def _wrap_update(update, desc: dict):
+    def wrapped(updates, state, params=None, *args, **kwargs):
+        depth = getattr(_tls, "depth", 0)
+        if depth == 0:
+            try:
+                _outermost(desc, updates, params)
+            except Exception as e:
+                core.record_error("optax update", e)
+        _tls.depth = depth + 1
+        try:
+            return update(updates, state, params, *args, **kwargs)
+        finally:
+            _tls.depth = depth
+
+    return wrapped
+
+
+def _outermost(desc: dict, updates, params) -> None:
+    jax = sys.modules["jax"]
+    if not desc.get("recorded"):
+        desc["recorded"] = True
+        _record(desc, params if params is not None else updates)
+    if not core.opts.get("grad_norms", True):
+        box = jax_facts.current_box()
+        if box is not None:
+            box.update_seen = True
+        elif not isinstance(jax.tree_util.tree_leaves(updates)[0], jax.core.Tracer):
+            core.clock.tick("optax update")
+        return
+    gnorm = _orig["global_norm"]
+    aux = (gnorm(updates), gnorm(params)) if params is not None else (gnorm(updates),)
+    box = jax_facts.current_box()
+    if box is not None:
+        box.offer(aux)
+    elif not isinstance(aux[0], jax.core.Tracer):  # an eager update: one step, norms recorded directly
+        core.clock.tick("optax update")
+        jax_facts._keep(aux)
+    elif core.grad_norms.why_missing is None:
+        core.grad_norms.why_missing = "the optimizer update ran inside a transformation the probe does not wrap"
+
+
+# ---------------------------------------------------------------- the optimizer record
+
+def _settings(desc: dict, leaf: dict, out: dict, scaled: list) -> None:
+    """Walk a description for one parameter leaf (path, shape, label, index) and set what applies to it."""
+    fn, args, objs = desc["fn"], desc["args"], desc["objects"]
+    if fn in ("multi_transform", "partition"):
+        label = _label_of(objs, leaf)
+        for child in desc["children"]:
+            if child["label"] == str(label):
+                _settings(child["desc"], leaf, out, scaled)
+        return
+    if fn == "masked":
+        if _mask_of(objs, "mask", leaf, default=True):
+            for child in desc["children"]:
+                _settings(child["desc"], leaf, out, scaled)
+        return
+    if fn in ("chain", "named_chain"):
+        for child in desc["children"]:
+            _settings(child["desc"], leaf, out, scaled)
+        return
+    for child in desc["children"]:  # wrappers (apply_if_finite, MultiSteps-like): their inner transformation
+        _settings(child["desc"], leaf, out, scaled)
+    if fn == "clip_by_global_norm":
+        out.setdefault("clip", args.get("max_norm"))
+    if fn == "add_decayed_weights":
+        if _mask_of(objs, "mask", leaf, default=True) and args.get("weight_decay"):
+            out["weight_decay"] = args.get("weight_decay")
+            out["decay_mode"] = "decoupled" if scaled else "coupled"
+    if fn in _ALIASES:
+        out["name"] = "adam" if fn == "scale_by_adam" else fn
+        if "b1" in args and "b2" in args:
+            out["betas"] = [args["b1"], args["b2"]]
+        for k in ("eps", "momentum", "nesterov", "decay", "initial_accumulator_value"):
+            if k in args:
+                out[k] = args[k]
+        wd = args.get("weight_decay")
+        if fn in _DECOUPLED and wd and _mask_of(objs, "mask", leaf, default=True):
+            out["weight_decay"], out["decay_mode"] = wd, "decoupled"
+    if fn in _SCALERS:
+        scaled.append(fn)
+
+
+def _label_of(objs: dict, leaf: dict):
+    labels = objs.get("param_labels")
+    if labels is None:
+        return None
+    tree = labels(leaf["params"]) if callable(labels) else labels
+    return _leaf_value(tree, leaf)
+
+
+def _mask_of(objs: dict, key: str, leaf: dict, default: bool) -> bool:
+    mask = objs.get(key)
+    if mask is None:
+        return default
+    tree = mask(leaf["params"]) if callable(mask) else mask
+    v = _leaf_value(tree, leaf)
+    return default if v is None else bool(v)
+
+
+def _leaf_value(tree, leaf: dict):
+    jax = sys.modules["jax"]
+    key = id(tree)
+    cache = leaf["cache"]
+    if key not in cache:  # the tree is kept beside its leaves so that its id stays its own
+        cache[key] = (tree, jax.tree_util.tree_leaves(tree, is_leaf=lambda x: x is None))
+    values = cache[key][1]
+    if len(values) == 1 and values[0] is tree:
+        return tree  # one label or one flag for every parameter
+    return values[leaf["index"]] if leaf["index"] < len(values) else None
+
+
+def _record(desc: dict, params) -> None:
+    jax = sys.modules["jax"]
+    flat, _ = jax.tree_util.tree_flatten_with_path(params)
+    cache: dict = {}
+    groups: dict = {}
+    clip = None
+    for i, (path, value) in enumerate(flat):
+        leaf = {"params": params, "index": i, "cache": cache}
+        out: dict = {}
+        _settings(desc, leaf, out, [])
+        clip = out.pop("clip", clip)
+        out.setdefault("weight_decay", 0.0)
+        key = repr(sorted(out.items()))
+        g = groups.setdefault(key, {**out, "n_params": 0, "tensors": []})
+        g["n_params"] += 1
+        if len(g["tensors"]) < 2000:
+            g["tensors"].append([jax.tree_util.keystr(path), list(getattr(value, "shape", ()))])
+    names = sorted({g.get("name") for g in groups.values() if g.get("name")})
+    first_is_clip = bool(desc["fn"] in ("chain", "named_chain") and desc["children"]
+                         and desc["children"][0]["desc"]["fn"] == "clip_by_global_norm")
+    if clip is not None and core.grad_norms.clip is None:
+        core.grad_norms.clip = {"max_norm": clip, "first": first_is_clip or desc["fn"] == "clip_by_global_norm"}
+    core.optimizer_record({
+        "class": f"optax.{desc['fn']}", "name": names[0] if len(names) == 1 else "+".join(names) or desc["fn"],
+        "framework": "optax", "first_step": core.clock.step,
+        "param_groups": list(groups.values()), "group_sizes": [g["n_params"] for g in groups.values()],
+        "clip": {"max_norm": clip} if clip is not None else None, "structure": _public(desc), "changes": []})
+
+
+def _public(desc: dict) -> dict:
+    return {"fn": desc["fn"], "args": desc["args"],
+            "children": [{"label": c["label"], **_public(c["desc"])} for c in desc["children"]]}
+
+
+def snapshot() -> dict:
+    return {}

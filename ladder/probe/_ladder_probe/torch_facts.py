@@ -1,0 +1,557 @@
+"""torch facts: where modules and inputs live, the optimizer and its parameter groups, gradient norms at
+the optimizer step, host reads of tensors, evaluation windows, gradient clipping, skipped steps
+(GradScaler) and torch.compile's recompiles and graph breaks.
+
+Must not change what the program computes: nothing here runs inside a step that dynamo traces, and on
+PyTorch/XLA the gradient norms are computed at every step (recording them only at some steps would
+change the traced graph on the others, and XLA would compile it twice); only which of them are kept
+varies.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import threading
+import time
+import weakref
+
+import _ladder_probe as core
+
+SNAPSHOT_ORDER = 2
+_READ_METHODS = ("item", "tolist", "numpy", "cpu", "__float__", "__int__", "__bool__", "__index__")
+_IMPL_KEYS = ("params",)
+
+_s: dict = {}
+_tls = threading.local()
+
+
+def reset() -> None:
+    _s.clear()
+    _s.update(forward_samples=0, param_devices={}, input_devices={}, first_seen={}, modules=[],
+              fwd_handle=None, fwd_left=0, root=None, root_params=0, optimizers={}, eval_windows=[],
+              window=None, clip=None, scaler_steps=0, scaler_skipped=0, gn_cost=None, gn_recent=[],
+              gn_interval=None, gn_t=None, gn_last=-10**9, gn_timed=False, xla_live=None, modules_seen=[],
+              dynamo={"recompiles": [], "graph_breaks": [], "recompile_limit": [], "counters": {}})
+
+
+reset()
+
+
+def _compiling() -> bool:
+    torch = sys.modules.get("torch")
+    compiler = getattr(torch, "compiler", None) if torch is not None else None
+    try:
+        return bool(compiler is not None and compiler.is_compiling())
+    except Exception:
+        return False
+
+
+# ---------------------------------------------------------------- import hooks
+
+def on_torch(torch) -> None:
+    import atexit
+
+    core.framework("torch", str(getattr(torch, "__version__", "?")))
+    from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+    register_optimizer_step_pre_hook(_optimizer_pre_hook)
+    register_optimizer_step_post_hook(_optimizer_post_hook)
+    _arm_forward_hook()
+    for name in _READ_METHODS:
+        _wrap_read(torch.Tensor, name)
+    _wrap_train(torch.nn.Module)
+    wrap_clip()
+    _wrap_scaler(torch)
+    _s["ready"] = True
+    if "torch._dynamo" in sys.modules:
+        on_dynamo(sys.modules["torch._dynamo"])
+    atexit.register(core.finalise)  # runs before torch's own exit handlers (LIFO)
+
+
+HOOKS = {"torch": on_torch}
+
+
+# ---------------------------------------------------------------- host reads
+
+def _wrap_read(cls, name: str) -> None:
+    orig = getattr(cls, name, None)
+    if orig is None or getattr(orig, "_ladder_wrapped", False):
+        return
+    count = core.reads.count
+
+    def method(self, *a, **k):
+        count(name)
+        return orig(self, *a, **k)
+
+    method.__name__ = getattr(orig, "__name__", name)
+    method.__qualname__ = f"Tensor.{name}"
+    method.__doc__ = getattr(orig, "__doc__", None)
+    method._ladder_wrapped = True
+    method.__wrapped__ = orig
+    setattr(cls, name, method)
+
+
+# ---------------------------------------------------------------- evaluation windows
+
+def _wrap_train(module_cls) -> None:
+    orig = module_cls.train
+    if getattr(orig, "_ladder_wrapped", False):
+        return
+
+    def train(self, mode: bool = True):
+        depth = getattr(_tls, "train_depth", 0)
+        if depth == 0:
+            try:
+                _window(self, bool(mode))
+            except Exception as e:
+                core.record_error("eval window", e)
+        _tls.train_depth = depth + 1
+        try:
+            return orig(self, mode)
+        finally:
+            _tls.train_depth = depth
+
+    train._ladder_wrapped = True
+    train.__wrapped__ = orig
+    train.__doc__ = orig.__doc__
+    module_cls.train = train
+
+
+def _window(module, training: bool) -> None:
+    """A module switched to eval mode opens an evaluation window; switched back, it closes it. Inside a
+    window, host reads and compiles are counted as evaluation's, and the module's forward calls (batches,
+    and items: the first tensor argument's leading size) are counted."""
+    w = _s["window"]
+    if not training:
+        if w is not None or not any(True for _ in module.parameters()):
+            return
+        handle = module.register_forward_pre_hook(_eval_forward, with_kwargs=True)
+        _s["window"] = {"module": type(module).__name__, "ref": weakref.ref(module), "handle": handle,
+                        "t0": time.time(), "step": core.clock.step, "batches": 0, "items": 0}
+        core.clock.eval = True
+        return
+    if w is not None and w["ref"]() is module:
+        _close_window()
+
+
+def _close_window() -> None:
+    w = _s["window"]
+    if w is None:
+        return
+    _s["window"] = None
+    core.clock.eval = False
+    try:
+        w["handle"].remove()
+    except Exception:
+        pass
+    core.append(_s["eval_windows"], {**{k: w[k] for k in ("module", "t0", "step", "batches", "items")},
+                                     "t1": time.time()})
+
+
+def _eval_forward(module, args, kwargs):
+    w = _s["window"]
+    if w is None:
+        return None
+    w["batches"] += 1
+    for a in list(args[:4]) + list(kwargs.values())[:4]:
+        shape = getattr(a, "shape", None)
+        if shape is not None and len(shape) >= 1:
+            w["items"] += int(shape[0])
+            break
+    return None
+
+
+# ---------------------------------------------------------------- devices (sampled forward calls)
+
+def _arm_forward_hook() -> None:
+    if _s["fwd_handle"] is not None:
+        return
+    import torch.nn.modules.module as mm
+
+    _s["fwd_left"] = int(core.opts.get("forward_calls_per_sample", 2))
+    _s["fwd_handle"] = mm.register_module_forward_pre_hook(_forward_pre_hook)
+
+
+def _forward_pre_hook(module, args):
+    # Installed only while sampling: with no global hook, Module.__call__ keeps its fast path.
+    try:
+        _s["forward_samples"] += 1
+        pdev, first = _s["param_devices"], _s["first_seen"]
+        n = 0
+        for p in module.parameters():
+            d = p.device.type
+            pdev[d] = pdev.get(d, 0) + 1
+            if d not in first:
+                first[d] = {"t": time.time(), "module": type(module).__name__, "what": "param"}
+            n += 1
+            if n >= 4096:
+                break
+        if n > _s["root_params"]:  # the outermost module: the one whose parameters are named for the report
+            _s["root"], _s["root_params"] = weakref.ref(module), n
+        idev = _s["input_devices"]
+        for a in args[:8] if isinstance(args, tuple) else ():
+            d = getattr(getattr(a, "device", None), "type", None)
+            if isinstance(d, str):
+                idev[d] = idev.get(d, 0) + 1
+                if d not in first:
+                    first[d] = {"t": time.time(), "module": type(module).__name__, "what": "input"}
+        if len(_s["modules"]) < 20 and type(module).__name__ not in _s["modules"]:
+            _s["modules"].append(type(module).__name__)
+        if core.opts.get("param_nonfinite") and len(_s["modules_seen"]) < 8:
+            _s["modules_seen"].append(weakref.ref(module))
+        _s["fwd_left"] -= 1
+        if _s["fwd_left"] <= 0 and _s["fwd_handle"] is not None:
+            _s["fwd_handle"].remove()
+            _s["fwd_handle"] = None
+    except Exception as e:
+        core.record_error("forward hook", e)
+    return None
+
+
+# ---------------------------------------------------------------- optimizer
+
+def _param_names() -> dict:
+    root = _s["root"]() if _s["root"] is not None else None
+    if root is None:
+        return {}
+    try:
+        return {id(p): n for n, p in root.named_parameters()}
+    except Exception:
+        return {}
+
+
+def _group_record(group: dict, names: dict) -> dict:
+    params = group.get("params", ())
+    out = {k: core.jsonable(v) for k, v in group.items() if k not in _IMPL_KEYS}
+    out["n_params"] = len(params)
+    out["tensors"] = [[names.get(id(p)), list(getattr(p, "shape", ()))] for p in params[:2000]]
+    return out
+
+
+def _ignore() -> frozenset:
+    return frozenset(["params", *core.opts.get("optimizer_ignore", ["lr", "initial_lr"])])
+
+
+def _fingerprint(optimizer, getters: list):
+    groups = optimizer.param_groups
+    if len(groups) != len(getters):
+        return None
+    try:
+        return [get(g) for get, g in zip(getters, groups)]
+    except KeyError:
+        return None
+
+
+def _getters(optimizer) -> list:
+    from operator import itemgetter
+
+    ignore = _ignore()
+    return [itemgetter(*sorted(k for k in g if k not in ignore)) for g in optimizer.param_groups]
+
+
+def _optimizer_pre_hook(optimizer, args, kwargs):
+    try:
+        core.clock.in_step += 1
+        step = core.clock.tick("torch optimizer.step")
+        if _grad_norms_on() and core.grad_norms.owner in (None, id(optimizer)):
+            _grad_norm(optimizer, step)
+        every = int(core.opts.get("sample_every", 50))
+        if every > 0 and step % every == 0:
+            _arm_forward_hook()
+        key = id(optimizer)
+        rec = _s["optimizers"].get(key)
+        if rec is not None:
+            getters, last = rec["_cfg"]
+            fp = _fingerprint(optimizer, getters)
+            if fp is None or fp != last:
+                getters = _getters(optimizer)
+                rec["_cfg"] = (getters, _fingerprint(optimizer, getters))
+                core.append(rec["record"]["changes"], {"step": step, "t": time.time(), "param_groups":
+                                                       [{k: core.jsonable(v) for k, v in g.items() if k != "params"}
+                                                        for g in optimizer.param_groups]})
+            return
+        cls = type(optimizer)
+        names = _param_names()
+        record = core.optimizer_record({
+            "class": f"{cls.__module__}.{cls.__qualname__}", "name": cls.__name__, "framework": "torch",
+            "first_step": step, "t": time.time(),
+            "param_groups": [_group_record(g, names) for g in optimizer.param_groups],
+            "group_sizes": [len(g.get("params", ())) for g in optimizer.param_groups],
+            "clip": dict(_s["clip"]["config"]) if _s["clip"] else None, "changes": []})
+        getters = _getters(optimizer)
+        _s["optimizers"][key] = {"record": record, "_cfg": (getters, _fingerprint(optimizer, getters))}
+    except Exception as e:
+        core.record_error("optimizer hook", e)
+
+
+def _optimizer_post_hook(optimizer, args, kwargs):
+    core.clock.in_step = max(0, core.clock.in_step - 1)
+
+
+# ---------------------------------------------------------------- gradient clipping, skipped steps
+
+def wrap_clip() -> None:
+    """torch.nn.utils.clip_grad_norm_, wherever the program looks it up. torch_xla replaces it with its own
+    version when it is imported, so its hook calls this again."""
+    import torch.nn.utils as nu
+    import torch.nn.utils.clip_grad as cg
+
+    for owner in (nu, cg):
+        orig = getattr(owner, "clip_grad_norm_", None)
+        if orig is not None and not getattr(orig, "_ladder_wrapped", False):
+            owner.clip_grad_norm_ = _clip_wrapper(orig)
+
+
+def _clip_wrapper(orig):
+    def clip_grad_norm_(parameters, max_norm, norm_type=2.0, *args, **kwargs):
+        total = orig(parameters, max_norm, norm_type, *args, **kwargs)
+        if not _compiling():
+            try:
+                cfg = {"max_norm": float(max_norm), "norm_type": float(norm_type)}
+                _s["clip"] = {"config": cfg, "norm": total, "step": core.clock.step}
+                if core.grad_norms.clip is None:
+                    core.grad_norms.clip = cfg
+            except Exception as e:
+                core.record_error("clip hook", e)
+        return total
+
+    clip_grad_norm_._ladder_wrapped = True
+    clip_grad_norm_.__wrapped__ = orig
+    clip_grad_norm_.__doc__ = orig.__doc__
+    return clip_grad_norm_
+
+
+def _wrap_scaler(torch) -> None:
+    try:
+        from torch.amp.grad_scaler import GradScaler
+    except Exception:
+        return
+    orig = GradScaler.step
+    if getattr(orig, "_ladder_wrapped", False):
+        return
+
+    def step(self, optimizer, *args, **kwargs):
+        before = core.clock.step
+        out = orig(self, optimizer, *args, **kwargs)
+        _s["scaler_steps"] += 1
+        if core.clock.step == before and getattr(self, "_enabled", True):
+            # the scaler found inf/NaN gradients and did not call optimizer.step: a skipped step
+            _s["scaler_skipped"] += 1
+            core.clock.tick("torch optimizer.step")
+        return out
+
+    step._ladder_wrapped = True
+    step.__wrapped__ = orig
+    GradScaler.step = step
+
+
+# ---------------------------------------------------------------- gradient norms
+# The global L2 norms of the gradient the optimizer is handed and of the parameters it updates, at
+# optimizer.step (so after any clipping or unscaling the program did first); with clip_grad_norm_ in the
+# same step, the norm it returned (before clipping) too. Each point: [step, grad, param, pre-clip].
+
+def _grad_norms_on() -> bool:
+    return bool(core.opts.get("grad_norms", True))
+
+
+def _due(step: int, xla: bool) -> bool:
+    """Keep this step's norms? Every step, unless computing them would cost more than grad_norm_budget
+    of the step time: then every k-th step, k = cost / (budget x step time). On XLA they are computed at
+    every step whatever is kept (the graph must not change), so only the keeping thins."""
+    now = time.perf_counter()
+    last = _s["gn_t"]
+    _s["gn_t"] = now
+    if last is not None:
+        dt = now - last
+        _s["gn_interval"] = dt if _s["gn_interval"] is None else 0.8 * _s["gn_interval"] + 0.2 * dt
+    budget = float(core.opts.get("grad_norm_budget", 0.02))
+    cost, interval = _s["gn_cost"], _s["gn_interval"]
+    k = 1
+    if not xla and cost is not None and interval and budget > 0:
+        k = max(1, math.ceil(cost / (budget * interval)))
+    core.grad_norms.every = max(core.grad_norms.every, k)
+    if step - _s["gn_last"] < k:
+        return False
+    _s["gn_last"] = step
+    return True
+
+
+def _grad_norm(optimizer, step: int) -> None:
+    if _compiling():
+        return  # inside a traced step: tensor work here would enter the user's graph
+    torch = sys.modules["torch"]
+    gn = core.grad_norms
+    params = [p for g in optimizer.param_groups for p in g["params"] if getattr(p, "grad", None) is not None]
+    if not params:
+        return
+    grads = [p.grad for p in params]
+    if any(g.is_sparse for g in grads):
+        return
+    dev = grads[0].device
+    xla = dev.type == "xla"
+    due = _due(step, xla)
+    if not (due or xla) or len(gn.values) >= core.MAX_GRAD_NORMS:
+        if not xla:
+            return
+    gn.owner, gn.source, gn.collect = id(optimizer), "torch optimizer.step", _collect
+    t0 = time.perf_counter()
+    n = len(params)
+    with torch.no_grad():
+        if dev.type in ("cpu", "cuda") and all(t.device == dev for t in grads + params):
+            # one fused kernel for all 2n norms on CUDA, then one reduction: [grad norm, param norm]
+            norms = torch._foreach_norm(grads + params)
+            if len({t.dtype for t in norms}) > 1:
+                norms = [t.float() for t in norms]
+            both = torch.linalg.vector_norm(torch.stack(norms).float().view(2, n), dim=1)
+        else:  # XLA (basic ops only: nothing that could fall back to the CPU) or tensors on several devices
+            both = torch.stack([torch.sqrt(sum((t.detach().float() ** 2).sum().to(dev) for t in ts))
+                                for ts in (grads, params)])
+    clip = _s["clip"]
+    pre = clip["norm"] if clip is not None and clip["step"] == step - 1 else None
+    if xla:
+        _s["xla_live"] = both  # alive through this step's mark_step at every step: one graph, not two
+    if due and len(gn.values) < core.MAX_GRAD_NORMS:
+        gn.values.append((step, both, pre))
+    c = time.perf_counter() - t0
+    if _s["gn_timed"]:  # the first call pays one-off set-up: not a per-step cost
+        recent = _s["gn_recent"] = _s["gn_recent"][-4:] + [c]
+        _s["gn_cost"] = sorted(recent)[len(recent) // 2]  # the median of the last 5: a hiccup passes
+    _s["gn_timed"] = True
+
+
+def _collect(values: list) -> list:
+    torch = sys.modules.get("torch")
+    out = []
+    for step, both, pre in values:
+        g, p = (float(x) for x in both.detach().cpu().tolist())
+        pv = float(pre.detach().float().cpu()) if pre is not None and hasattr(pre, "detach") else None
+        out.append([step] + [x if x is None or math.isfinite(x) else repr(x) for x in (g, p, pv)])
+    del torch
+    return out
+
+
+# ---------------------------------------------------------------- torch.compile (dynamo)
+
+def on_dynamo(dynamo) -> None:
+    if _s.get("dynamo_done") or not _s.get("ready"):
+        return  # torch's own hook sets this up once torch has finished importing
+    _s["dynamo_done"] = True
+    import logging
+    import os
+
+    import torch
+
+    core.framework("torch._dynamo", core.report["frameworks"].get("torch", "?"))
+    if not os.environ.get("TORCH_LOGS"):
+        # set_logs replaces the whole logging config; the user set none, so nothing of theirs is lost.
+        torch._logging.set_logs(recompiles=True, graph_breaks=True)
+        silent = True
+    else:
+        silent = False
+    for name, kind in (("torch._dynamo.guards.__recompiles", "recompiles"),
+                       ("torch._dynamo.symbolic_convert.__graph_breaks", "graph_breaks")):
+        lg = logging.getLogger(name)
+        lg.addHandler(_dynamo_handler(kind))
+        if silent:
+            lg.propagate = False  # keep the user's stderr exactly as without the probe
+    # Past config.recompile_limit dynamo stops compiling the function and runs it eagerly, with one
+    # warning on this logger and no further recompile records: the probe keeps that warning.
+    logging.getLogger("torch._dynamo.convert_frame").addHandler(_dynamo_handler("recompile_limit"))
+
+
+HOOKS["torch._dynamo"] = on_dynamo
+_Handler = None
+
+
+def _dynamo_handler(kind: str):
+    global _Handler
+    if _Handler is None:
+        import logging
+
+        class Handler(logging.Handler):
+            def __init__(self, kind: str) -> None:
+                super().__init__(level=logging.DEBUG)
+                self.kind = kind
+
+            def emit(self, record) -> None:
+                try:
+                    _dynamo_record(self.kind, record)
+                except Exception as e:
+                    core.record_error("dynamo log handler", e)
+
+        _Handler = Handler
+    return _Handler(kind)
+
+
+def _dynamo_record(kind: str, record) -> None:
+    msg = record.getMessage()
+    lst = _s["dynamo"][kind]
+    first = msg.strip().splitlines()[0] if msg.strip() else ""
+    if kind == "recompile_limit" and "hit config." not in msg:
+        return
+    item = {"t": record.created, "message": msg[:1500], "step": core.clock.step, "eval": core.clock.eval}
+    if kind == "recompiles" and first.startswith("Recompiling function"):
+        item["function"] = first.split("Recompiling function", 1)[1].strip().split(" in ")[0]
+        reasons = [ln.strip()[2:] for ln in msg.splitlines() if ln.strip().startswith("- ")
+                   and "User stack" not in ln and "File " not in ln]
+        item["reason"] = reasons[0] if reasons else ""
+    if kind == "recompile_limit":
+        for ln in msg.splitlines():
+            if ln.strip().startswith("function:"):
+                item["function"] = ln.split(":", 1)[1].strip()
+        item["reason"] = first
+    if kind == "graph_breaks":
+        for ln in msg.splitlines():
+            if ln.startswith("Graph Break Reason:"):
+                item["reason"] = ln.split(":", 1)[1].strip()
+                break
+        item["where"] = first
+    core.append(lst, item)
+
+
+def _snapshot_dynamo() -> dict | None:
+    if "torch._dynamo" not in core.report["frameworks"]:
+        return None
+    utils = sys.modules.get("torch._dynamo.utils")
+    counters = {}
+    if utils is not None and hasattr(utils, "counters"):
+        for k, v in utils.counters.items():
+            try:
+                counters[str(k)] = {str(kk)[:300]: int(vv) for kk, vv in dict(v).items()}
+            except Exception:
+                pass
+    return {**_s["dynamo"], "counters": counters}
+
+
+# ---------------------------------------------------------------- exit
+
+def _nonfinite_params() -> list | None:
+    torch = sys.modules.get("torch")
+    if torch is None or not core.opts.get("param_nonfinite"):
+        return None
+    bad = []
+    with core.quiet():
+        for ref in _s["modules_seen"]:
+            m = ref()
+            if m is None:
+                continue
+            for name, p in m.named_parameters():
+                if not bool(torch.isfinite(p.detach()).all()):
+                    bad.append(f"{type(m).__name__}.{name}")
+    return sorted(set(bad))[:50]
+
+
+def snapshot() -> dict:
+    if "torch" not in core.report["frameworks"]:
+        return {}
+    _close_window()
+    facts = {k: _s[k] for k in ("forward_samples", "param_devices", "input_devices", "first_seen", "modules")}
+    facts["grad_scaler"] = {"steps": _s["scaler_steps"], "skipped": _s["scaler_skipped"]}
+    out = {"torch": facts,
+           "eval_windows": _s["eval_windows"], "dynamo": _snapshot_dynamo()}
+    try:
+        out["nonfinite_params"] = _nonfinite_params()
+    except Exception as e:
+        core.record_error("param check", e)
+    return out
