@@ -191,10 +191,13 @@ def test_torch_grad_norms_are_those_the_optimizer_receives(tmp_path) -> None:
     assert p.returncode == 0, p.stderr
     printed = [[float(x) for x in line.split()] for line in p.stdout.splitlines()]
     got = _grad_norms(tmp_path)
-    assert [s for s, _, _ in got] == [1, 2, 3, 4, 5, 6]
-    assert [g for _, g, _ in got] == pytest.approx([g for g, _ in printed], rel=1e-5)
-    assert [w for _, _, w in got] == pytest.approx([w for _, w in printed], rel=1e-5)  # before the step
+    assert [s for s, *_ in got] == [1, 2, 3, 4, 5, 6]
+    assert [g for _, g, _, _ in got] == pytest.approx([g for g, _ in printed], rel=1e-5)
+    assert [w for _, _, w, _ in got] == pytest.approx([w for _, w in printed], rel=1e-5)  # before the step
     assert got[1][1] == pytest.approx(1.0, rel=1e-5) and got[0][1] > 1.5  # clipped, and not
+    # clip_grad_norm_ returned the norm before clipping: recorded beside, with the threshold
+    assert got[1][3] > 1.5 and got[0][3] == pytest.approx(got[0][1], rel=1e-5)
+    assert merge_reports(tmp_path / "probe")["grad_norms"]["clip"]["max_norm"] == 1e6
     assert merge_reports(tmp_path / "probe")["grad_norms"]["source"] == "torch optimizer.step"
 
     (tmp_path / "off").mkdir()

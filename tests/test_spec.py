@@ -40,7 +40,7 @@ def test_every_problem_is_reported_at_once(tmp_path: Path) -> None:
             "profiles.reference.platform", "profiles.target", "experiment.short", "probe.grad_norms",
             "probe.sample_evry"} <= keys
     text = str(e.value)
-    assert "needs named groups ['step']" in text and "'lr'" in text and "nowhere" in text
+    assert "needs a named group `step`, or `epoch` and `batch`" in text and "'lr'" in text and "nowhere" in text
 
 
 def test_cli_exits_2_and_prints_all_problems_without_traceback(tmp_path: Path) -> None:

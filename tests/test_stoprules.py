@@ -85,8 +85,9 @@ def test_short_divergence_on_the_fixed_thresholds_through_l1(tmp_path) -> None:
     meta = BaselineMeta(name="b", version=1, created_at=0.0, profile="reference", platform="cpu", seeds=[0],
                         full_seeds=[], spec_sha256="", protocol="ncsu")
     base = Baseline(tmp_path, meta, [rec(1.0, 0)], [])
-    below = run_ladder(CheckContext(run=rec(1.049, 5), protocol=P, baseline=base), up_to="L1")
-    above = run_ladder(CheckContext(run=rec(1.051, 5), protocol=P, baseline=base), up_to="L1")
+    fixed = P.model_copy(update={"l1": P.l1.model_copy(update={"rule": "fixed"})})
+    below = run_ladder(CheckContext(run=rec(1.049, 5), protocol=fixed, baseline=base), up_to="L1")
+    above = run_ladder(CheckContext(run=rec(1.051, 5), protocol=fixed, baseline=base), up_to="L1")
     assert short_divergence(below).stop is False
     assert short_divergence(above).stop is True and "loss_window" in short_divergence(above).reason
 
@@ -109,5 +110,11 @@ def test_full_run_estimate_limit() -> None:
 def test_stop_decisions_collects_every_rule() -> None:
     ds = stop_decisions(journal(3), P, latest=short_run(0.01), latest_result=_l1({"metric": "failed"}),
                         full_steps=1000)
-    assert [d.rule for d in ds] == ["no_l0", "short_divergence", "full_run_estimate"]
-    assert [d.stop for d in ds] == [False, True, False]
+    assert [d.rule for d in ds] == ["no_l0", "short_divergence", "undecided", "full_run_estimate"]
+    assert [d.stop for d in ds] == [False, True, False, False]
+
+
+def test_still_undecided_asks_the_human() -> None:
+    ds = {d.rule: d for d in stop_decisions(journal(3), P, latest_result=_l1({"metric": "undecided"}))}
+    assert ds["undecided"].stop is True and "L1/metric" in ds["undecided"].reason
+    assert ds["short_divergence"].stop is False
