@@ -342,6 +342,7 @@ def _has(run: RunRecord, *module_names: str) -> bool:
     seen = set()
     for p in (run.probe or {}).get("processes") or []:
         seen.update((p.get("torch") or {}).get("modules") or [])
+        seen.update((p.get("torch") or {}).get("module_types") or [])
     return any(any(m.startswith(n) for m in seen) for n in module_names)
 
 

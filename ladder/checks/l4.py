@@ -30,9 +30,11 @@ def median_step_time(run: RunRecord, skip_first: int) -> float | None:
     times = ((main or {}).get("clock") or {}).get("step_times") or []
     if len(times) > skip_first + 2:
         evals = eval_steps(run, main)
+        windows = [(float(w.get("t0") or 0), float(w.get("t1") or 0)) for w in (main or {}).get("eval_windows") or []]
         pts = [(int(s), float(t)) for s, t in times]
         per_step = [(t1 - t0) / (s1 - s0) for (s0, t0), (s1, t1) in zip(pts, pts[1:])
-                    if s1 > s0 and not any(s0 <= e < s1 for e in evals)]
+                    if s1 > s0 and not any(s0 <= e < s1 for e in evals)
+                    and not any(a < t1 and b > t0 for a, b in windows)]
     else:
         evals = {e.step for e in run.evals if e.step is not None}
         pts2 = sorted(run.loss_curve, key=lambda p: p.step)

@@ -270,17 +270,19 @@ class ReadRate:
 
 
 def eval_steps(run: "RunRecord", proc: dict[str, Any]) -> set[int]:
-    """The training steps after which an evaluation ran: from the log's eval lines (their step, else their
-    time mapped through the process's step clock) and from the probe's evaluation windows."""
-    steps_ = set()
+    """The steps after which an evaluation ran, for a process whose evaluations the probe could not see (no
+    module switched to eval mode): from the log's eval lines (their step, else their time mapped through
+    the process's step clock). Empty when the probe saw evaluation windows: those time the evaluation
+    exactly, and a step's interval also holds the next step's forward pass, which is training."""
+    steps_: set[int] = set()
+    if proc.get("eval_windows"):
+        return steps_
     _, step_times = _steps(proc)
     for e in run.evals:
         if e.step is not None:
             steps_.add(int(e.step))
         elif step_times:
             steps_.add(step_at(step_times, run.started_at + e.t))
-    for w in proc.get("eval_windows") or []:
-        steps_.add(_int(w.get("step")))
     return steps_
 
 

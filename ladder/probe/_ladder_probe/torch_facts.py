@@ -273,6 +273,9 @@ def _optimizer_pre_hook(optimizer, args, kwargs):
             return
         cls = type(optimizer)
         names = _param_names()
+        root = _s["root"]() if _s["root"] is not None else None
+        if root is not None and not _s.get("module_types"):
+            _s["module_types"] = sorted({type(m).__name__ for m in root.modules()})[:200]
         record = core.optimizer_record({
             "class": f"{cls.__module__}.{cls.__qualname__}", "name": cls.__name__, "framework": "torch",
             "first_step": step, "t": time.time(),
@@ -547,6 +550,7 @@ def snapshot() -> dict:
         return {}
     _close_window()
     facts = {k: _s[k] for k in ("forward_samples", "param_devices", "input_devices", "first_seen", "modules")}
+    facts["module_types"] = _s.get("module_types") or []
     facts["grad_scaler"] = {"steps": _s["scaler_steps"], "skipped": _s["scaler_skipped"]}
     out = {"torch": facts,
            "eval_windows": _s["eval_windows"], "dynamo": _snapshot_dynamo()}

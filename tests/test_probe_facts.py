@@ -1,0 +1,248 @@
+"""The probe measures the reference and the port the same way, and never changes the program it measures.
+
+Each test runs a real program (torch CPU, PyTorch/XLA on its CPU device, JAX on the CPU) with and without
+the probe, or with a fault that really happens, and reads the merged report.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from ladder.checks.l2 import optimizer_diff
+from ladder.migration.spec import ParseSpec
+from ladder.runs.parse import OutputParser
+from ladder.runs.probe_report import merge_reports, probe_env, read_rates
+from ladder.runs.records import EvalPoint, Provenance, RunRecord
+
+FIX = Path(__file__).resolve().parent / "fixtures" / "probe"
+
+
+def _run(python: str, args: list[str], tmp: Path, probe: bool = True, options: dict | None = None,
+         env: dict | None = None) -> subprocess.CompletedProcess:
+    full = {**os.environ, "PJRT_DEVICE": "CPU", "OMP_NUM_THREADS": "1", **(env or {})}
+    if probe:
+        full.update(probe_env(tmp / "probe", options))
+    tmp.mkdir(parents=True, exist_ok=True)
+    p = subprocess.run([python, *args], capture_output=True, text=True, env=full, cwd=tmp, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return p
+
+
+def _record(p: subprocess.CompletedProcess, probe_dir: Path, evals: list[EvalPoint] | None = None) -> RunRecord:
+    return RunRecord(run_id="r", kind="short", profile="p", platform="cpu", seed=0, command="x", cwd=".",
+                     started_at=0.0, ended_at=1.0, exit_code=0, timeout_s=60, evals=evals or [],
+                     provenance=Provenance(source="."), probe=merge_reports(probe_dir))
+
+
+# ---------------------------------------------------------------- the probe changes nothing
+
+@pytest.mark.slow
+@pytest.mark.xla
+def test_xla_graphs_compile_counts_and_output_are_unchanged_by_the_probe(tmp_path, xla_python) -> None:
+    # Gradient norms on, and thinned as hard as the budget allows: keeping fewer values must not change
+    # the traced graph (XLA would compile the step twice).
+    args = [str(FIX / "xla_graphs.py"), "--device", "xla"]
+    bare = _run(xla_python, args, tmp_path / "bare", probe=False)
+    probed = _run(xla_python, args, tmp_path / "probed", options={"grad_norm_budget": 1e-6})
+    assert probed.stdout == bare.stdout
+    assert "compiles" in bare.stdout.splitlines()[-1]
+    merged = merge_reports(tmp_path / "probed" / "probe")
+    gn = merged["grad_norms"]
+    assert len(gn["values"]) >= 10 and all(v[3] is not None for v in gn["values"])  # pre-clip norms too
+    assert merged["optimizer_steps"] == 60
+
+
+@pytest.mark.slow
+@pytest.mark.jax
+@pytest.mark.parametrize("mode", ["chain", "multi", "pmap"])
+def test_jax_graphs_compile_counts_and_output_are_unchanged_by_the_probe(tmp_path, jax_python, mode) -> None:
+    args = [str(FIX / "jax_graphs.py"), "--mode", mode]
+    env = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    bare = _run(jax_python, args, tmp_path / "bare", probe=False, env=env)
+    probed = _run(jax_python, args, tmp_path / "probed", env=env)
+    assert probed.stdout == bare.stdout  # the program's own compile count is printed last
+    merged = merge_reports(tmp_path / "probed" / "probe")
+    # steps are host calls of the function holding the optimizer update: 60, not 60 x devices
+    assert merged["optimizer_steps"] == 60
+    proc = merged["processes"][0]
+    assert proc["clock"]["source"] == "jax training step"
+    assert not any(f["name"].endswith("(step_fn)") and not f["train"] for f in proc["jax"]["functions"])
+    # norms at the outermost transformation, handed out of the step as an extra output
+    gn = merged["grad_norms"]
+    assert len(gn["values"]) == 60 and gn["clip"]["max_norm"] == 1.0
+    assert all(post <= 1.0 + 1e-6 and pre >= post for _, post, _, pre in gn["values"])
+    # one optimizer: the chain (and the multi_transform branches) are parameter groups of it
+    assert len(merged["optimizers"]) == 1
+    groups = merged["optimizers"][0]["param_groups"]
+    assert sorted(g["weight_decay"] for g in groups) == [0.0, 0.1]
+    decayed = next(g for g in groups if g["weight_decay"] == 0.1)
+    assert decayed["decay_mode"] == "decoupled" and all(len(shape) == 2 for _, shape in decayed["tensors"])
+
+
+# ---------------------------------------------------------------- host reads, measured the same way everywhere
+
+CODE_READS = textwrap.dedent("""
+    import sys, torch
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Dropout(0.1), torch.nn.Linear(8, 1))
+    opt = torch.optim.Adam(m.parameters(), lr=0.01)   # Adam reads its step count inside step(): not the program's
+    extra = "--extra" in sys.argv
+    for step in range(1, 41):
+        loss = m(torch.randn(16, 4)).pow(2).mean()
+        loss.backward(); opt.step(); opt.zero_grad()
+        print(f"step {step} loss {loss.item():.5f}")
+        if extra:
+            float(loss)  # a second read every step
+        if step % 20 == 0:
+            m.eval()
+            with torch.no_grad():
+                print("eval", sum(m(torch.randn(8, 4)).sum().item() for _ in range(5)))
+            m.train()
+""")
+
+
+@pytest.mark.slow
+def test_torch_host_reads_per_step_with_evaluation_and_the_optimizer_apart(tmp_path) -> None:
+    script = tmp_path / "reads.py"
+    script.write_text(CODE_READS)
+    _run(sys.executable, [str(script)], tmp_path / "a")
+    rates = read_rates(_record(None, tmp_path / "a" / "probe"))  # type: ignore[arg-type]
+    assert len(rates) == 1
+    r = rates[0]
+    # the intervals after steps 1-39 (the last, after step 40, is the end); evaluation reads apart
+    assert r.per_step == pytest.approx(1.0) and r.steps_judged == 39
+    assert r.eval_reads == 5 and r.after_training == 1 + 5
+    proc = merge_reports(tmp_path / "a" / "probe")["processes"][0]
+    assert proc["host_reads"]["internal"] > 0  # Adam's step.item() inside optimizer.step, set apart
+    assert [(w["step"], w["batches"], w["items"]) for w in proc["eval_windows"]] == [(20, 5, 40), (40, 5, 40)]
+    _run(sys.executable, [str(script), "--extra"], tmp_path / "b")
+    assert read_rates(_record(None, tmp_path / "b" / "probe"))[0].per_step == pytest.approx(2.0)  # type: ignore[arg-type]
+
+
+CODE_WORKERS = textwrap.dedent("""
+    import torch, torch.multiprocessing as mp
+    def work(rank):
+        torch.manual_seed(rank)
+        m = torch.nn.Linear(4, 1)
+        opt = torch.optim.SGD(m.parameters(), lr=0.01)
+        for step in range(1, 31):
+            loss = m(torch.randn(8, 4)).pow(2).mean()
+            loss.backward(); opt.step(); opt.zero_grad()
+            print(rank, step, loss.item(), flush=True)
+    if __name__ == "__main__":
+        mp.spawn(work, nprocs=2)
+""")
+
+
+@pytest.mark.slow
+def test_several_processes_are_judged_per_process(tmp_path) -> None:
+    """One process per device (xmp.spawn, torch.multiprocessing): each reads once per step. The rate is per
+    process (max over processes), not the sum of all reads over one process's steps."""
+    script = tmp_path / "workers.py"
+    script.write_text(CODE_WORKERS)
+    _run(sys.executable, [str(script)], tmp_path / "w")
+    rates = read_rates(_record(None, tmp_path / "w" / "probe"))  # type: ignore[arg-type]
+    workers = [r for r in rates if r.steps_judged]
+    assert len(workers) == 2 and all(r.per_step == pytest.approx(1.0) for r in workers)
+
+
+# ---------------------------------------------------------------- [probe] seed
+
+CODE_CONSTANT_SEED = textwrap.dedent("""
+    import random, numpy as np, torch
+    torch.manual_seed(1234); np.random.seed(1234); random.seed(1234)
+    print(torch.rand(1).item(), np.random.rand(), random.random(), np.random.default_rng(7).random())
+""")
+
+
+@pytest.mark.slow
+def test_probe_seed_offsets_constant_seeds_and_leaves_seed_zero_alone(tmp_path) -> None:
+    script = tmp_path / "const.py"
+    script.write_text(CODE_CONSTANT_SEED)
+    bare = _run(sys.executable, [str(script)], tmp_path / "bare", probe=False).stdout
+    zero = _run(sys.executable, [str(script)], tmp_path / "s0", options={"seed": True}, env={"LADDER_SEED": "0"}).stdout
+    one = _run(sys.executable, [str(script)], tmp_path / "s1", options={"seed": True}, env={"LADDER_SEED": "1"}).stdout
+    off = _run(sys.executable, [str(script)], tmp_path / "off", env={"LADDER_SEED": "1"}).stdout
+    assert zero == bare and off == bare
+    assert all(a != b for a, b in zip(one.split(), bare.split()))  # every generator moved
+    seed = merge_reports(tmp_path / "s1" / "probe")["seed"]
+    assert seed["offset"] > 0 and seed["calls"]["torch.manual_seed"] == 1 and seed["calls"]["random.seed"] == 1
+
+
+# ---------------------------------------------------------------- logs without a global step
+
+def test_epoch_and_batch_give_the_step_and_repeats_are_counted() -> None:
+    spec = ParseSpec(loss=r"Epoch (?P<epoch>\d+)/\d+ \[batch (?P<batch>\d+)/(?P<batches>\d+)\] loss: (?P<loss>\S+)",
+                     metric=r"acc=(?P<value>\S+)", direction="max")
+    p = OutputParser(spec)
+    for epoch in (1, 2):
+        for batch in (20, 40, 62):
+            p.feed(f"Epoch {epoch}/49 [batch {batch}/62] loss: 0.5", 0.0)
+    p.feed("Epoch 2/49 [batch 62/62] loss: 0.4", 0.0)  # printed twice
+    assert [pt.step for pt in p.curve] == [20, 40, 62, 82, 102, 124, 124]
+    assert p.repeated_steps == 1 and p.first_repeat == 124
+    zero = OutputParser(ParseSpec(loss=r"ep (?P<epoch>\d+) it (?P<batch>\d+) loss (?P<loss>\S+)",
+                                  metric=r"acc=(?P<value>\S+)", direction="max"))
+    for epoch in (0, 1):
+        for it in range(3):  # zero-based, batches per epoch not printed: learnt from the first epoch
+            zero.feed(f"ep {epoch} it {it} loss 1.0", 0.0)
+    assert [pt.step for pt in zero.curve] == [1, 2, 3, 4, 5, 6]
+
+
+def test_a_loss_pattern_needs_a_step_or_an_epoch_and_a_batch() -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="`epoch` and `batch`"):
+        ParseSpec(loss=r"epoch (?P<epoch>\d+) loss (?P<loss>\S+)", metric=r"(?P<value>\S+)", direction="max")
+
+
+# ---------------------------------------------------------------- optimizers compared tensor by tensor
+
+def _torch_adamw(decay_embeddings: bool = True) -> dict:
+    decayed = [["wte.weight", [65, 32]], ["fc.weight", [32, 32]]] if decay_embeddings else [["fc.weight", [32, 32]]]
+    nodecay = [["fc.bias", [32]], ["ln.weight", [32]]] + ([] if decay_embeddings else [["wte.weight", [65, 32]]])
+    common = {"lr": 1e-3, "betas": [0.9, 0.95], "eps": 1e-8, "amsgrad": False, "foreach": None,
+              "decoupled_weight_decay": True}
+    return {"framework": "torch", "name": "AdamW", "class": "torch.optim.adamw.AdamW", "clip": {"max_norm": 1.0},
+            "param_groups": [{**common, "weight_decay": 0.1, "tensors": decayed},
+                             {**common, "weight_decay": 0.0, "tensors": nodecay}]}
+
+
+def _optax_multi(decay_embeddings: bool) -> dict:
+    common = {"name": "adamw", "betas": [0.9, 0.95], "eps": 1e-8, "nesterov": False}
+    emb = ["['params']['wte']['embedding']", [65, 32]]
+    decayed = ([emb] if decay_embeddings else []) + [["['params']['fc']['kernel']", [32, 32]]]
+    nodecay = [["['params']['fc']['bias']", [32]], ["['params']['ln']['scale']", [32]]] + ([] if decay_embeddings else [emb])
+    return {"framework": "optax", "name": "adamw", "class": "optax.chain", "clip": {"max_norm": 1.0},
+            "param_groups": [{**common, "weight_decay": 0.1, "decay_mode": "decoupled", "tensors": decayed},
+                             {**common, "weight_decay": 0.0, "tensors": nodecay}]}
+
+
+@pytest.mark.slow
+@pytest.mark.jax
+@pytest.mark.parametrize("mode", ["chain", "multi"])
+def test_optax_ports_match_their_torch_reference_optimizer(tmp_path, jax_python, mode) -> None:
+    """Real runs: torch AdamW with decay and no-decay groups and clip_grad_norm_, against the JAX port with an
+    adamw decay mask in a chain, and with multi_transform branches: the same optimisation, tensor by tensor."""
+    _run(sys.executable, [str(FIX / "xla_graphs.py")], tmp_path / "ref")
+    _run(jax_python, [str(FIX / "jax_graphs.py"), "--mode", mode], tmp_path / "port")
+    ref = merge_reports(tmp_path / "ref" / "probe")["optimizers"]
+    port = merge_reports(tmp_path / "port" / "probe")["optimizers"]
+    assert len(ref) == len(port) == 1
+    assert optimizer_diff(port[0], ref[0], ["lr", "initial_lr"]) == []
+
+
+def test_multi_transform_branches_compare_as_parameter_groups() -> None:
+    ignore = ["lr", "initial_lr"]
+    assert optimizer_diff(_optax_multi(True), _torch_adamw(), ignore) == []
+    diffs = optimizer_diff(_optax_multi(False), _torch_adamw(), ignore)
+    assert len(diffs) == 1 and "weight_decay 0.1 -> None" in diffs[0] and "wte.weight" in diffs[0]
+    assert "['params']['wte']['embedding']" in diffs[0] and "(32, 65)" in diffs[0]
+    no_clip = {**_optax_multi(True), "clip": None}
+    assert optimizer_diff(no_clip, _torch_adamw(), ignore) == ["gradient clipping (global norm) 1.0 -> none"]
