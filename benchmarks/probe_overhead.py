@@ -54,7 +54,8 @@ def _run(python: str, args: list[str], probe_dir: Path | None) -> tuple[float, s
 
 HOOK_COST = """
 import sys, timeit, torch
-probe = sys.modules["_ladder_probe"]  # loaded by the injected sitecustomize
+core = sys.modules["_ladder_probe"]  # loaded by the injected sitecustomize
+from _ladder_probe import torch_facts
 torch.set_num_threads(1)
 model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 128), torch.nn.ReLU(),
                             torch.nn.Linear(128, 1))
@@ -62,18 +63,21 @@ opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 model(torch.randn(64, 64)).sum().backward()  # gradients present, as at a real step
 empty = timeit.timeit(lambda: None, number=1000) / 1000
 
+def step_hooks():
+    torch_facts._optimizer_pre_hook(opt, (), {})
+    torch_facts._optimizer_post_hook(opt, (), {})
+
 def cost(grad_norms):
-    probe._grad_norms_on = grad_norms
-    probe._gn_budget = 0  # the raw cost of one recording, at every call
     best = []
     for _ in range(7):  # 1000 calls stay in the every-step regime (the first 2000 steps): the costly one
-        probe._state["optimizer"]["steps"] = 0
-        probe._gn.clear()
-        probe._gn.update(owner=None, values=[], source=None)
-        best.append(timeit.timeit(lambda: probe._optimizer_step_hook(opt, (), {}), number=1000) / 1000 - empty)
+        core.configure(grad_norms=grad_norms, grad_norm_budget=0)  # the raw cost of one recording, every call
+        best.append(timeit.timeit(step_hooks, number=1000) / 1000 - empty)
     return min(best)
 
-print(cost(False), cost(True))
+t = torch.ones(())
+core.configure()
+read = min(timeit.timeit(t.item, number=20000) / 20000 for _ in range(5))
+print(cost(False), cost(True), read)
 """
 
 
@@ -108,7 +112,7 @@ def main() -> None:
             (start_probed if with_probe else start_bare).append(wall)
     import_ms = statistics.median(_import_ms(a.python, tmp / f"i{r}") for r in range(a.repeats))
     _, out = _run(a.python, ["-c", HOOK_COST], tmp / "hook")
-    hook_us, hook_gn_us = (float(x) * 1e6 for x in out.strip().splitlines()[-1].split())
+    hook_us, hook_gn_us, read_us = (float(x) * 1e6 for x in out.strip().splitlines()[-1].split())
     reports = [json.loads(p.read_text()) for p in tmp.glob("w*/probe-*.json")]
     assert len(reports) == a.repeats, "every probed workload run must leave a report"
     exit_ms = statistics.median(rep["exit_ms"] for rep in reports)
@@ -122,6 +126,7 @@ def main() -> None:
           f"step without gradient norms, {hook_gn_us:.2f} us = {hook_gn_us / step_us * 100:.2f}% when they are "
           "recorded at every step (by default only every k-th step when that would exceed 2% of the step time; "
           "forward hook: off between samples)")
+    print(f"a counted host read (tensor.item() through the probe's wrapper): {read_us:.2f} us per call")
     kept = [len((rep.get("grad_norms") or {}).get("values") or []) for rep in reports]
     print(f"gradient norms kept per probed run (of {a.steps} steps, default budget): {statistics.median(kept):.0f}")
     print(f"start-up cost: {(statistics.median(start_probed) - statistics.median(start_bare)) * 1e3:.1f} ms wall "

@@ -1,371 +1,347 @@
-"""Fault-injection benchmark: does ladder's calibrated verdict flag silent faults and pass benign ports,
-and does it beat the fixed rule (5% loss window, 1% metric, trend) on the same runs?
+"""Detection benchmark on the port corpus (benchmarks/ports/): does ladder say yes to faithful and benign
+ports and no to silent faults, on ports no rule was tuned on, beside the study's fixed rule?
 
-Usage (from the repository root, main python; about 15 minutes on 2 cores):
-    python3 benchmarks/detection/bench.py [--work /tmp/ladder-detection] [--trials 4] [--reuse]
+Usage (from the repository root, with ladder installed):
+    python3 benchmarks/detection/bench.py --set dev          # the half rules may be tuned on
+    python3 benchmarks/detection/bench.py --set held_out     # once: the half written before any rule was tuned
+    python3 benchmarks/detection/bench.py --reuse ...        # re-judge the runs kept in --work, run nothing
 
-Everything goes through ladder itself: `execute_run` captures every run, `create_baseline` stores the
-baseline (its short and full runs are executed two at a time first and then adopted by
-create_baseline's resume path), and `run_ladder` judges each trial. A trial is one case at one seed
-the baseline never saw: a short run (L1) and a full run (L3). "Flagged" means an L1 or L3 check did
-not pass (failed, or undecided after every extra seed the verdict asked for was added).
+Everything goes through ladder itself: the environments come from ladder's environment cache (the same
+setup commands as examples/classifier, so nothing depends on this machine's paths), `execute_run`
+captures every run with the probe, `create_baseline` stores each program's reference baseline, and
+`run_ladder` judges. A trial is one variant at one seed, judged as the supervisor judges an attempt: its
+short run up to L2, its full run up to L3 (L1 again on the full run, then L3). It is flagged when a
+check of L1, L2 or L3 on either run does not pass (undecided after the seeds it asked for: flagged, and
+counted apart).
+
+Seeds, paired as the supervisor pairs them: a trial at seed s is compared by the fixed rule with the
+reference run at seed s. The calibrated verdict never sees that seed: it starts from the default
+baseline (5 short, 3 full seeds) drawn from the other reference seeds, and, when undecided, adds the
+seeds it asks for from the rest (up to what was stored). The reference's own runs at each seed are
+judged the same way against the others ("the reference's other seeds"): a faithful trial that needs no
+extra run.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
+import datetime
 import json
 import math
-import shutil
-import statistics
+import subprocess
 import sys
 import time
+import tomllib
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
+CORPUS = ROOT / "benchmarks" / "ports"
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(HERE))
 
-from cases import CASES, apply_edits  # noqa: E402
-from ladder.baselines.store import Baseline, create_baseline  # noqa: E402
+from ladder.baselines.store import Baseline, BaselineMeta, create_baseline  # noqa: E402
 from ladder.checks import CheckContext, run_ladder  # noqa: E402
-from ladder.checks.compare import curve_arrays, window_mean  # noqa: E402
-from ladder.runs.records import RunRecord  # noqa: E402
-from ladder.runs.execute import execute_run  # noqa: E402
+from ladder.checks.results import CLIMBS  # noqa: E402
 from ladder.migration.spec import load_spec, load_spec_protocol  # noqa: E402
-from ladder.checks.stats import grad_norm_series  # noqa: E402
+from ladder.runs.execute import execute_run  # noqa: E402
+from ladder.runs.records import RunRecord  # noqa: E402
 
-EXAMPLE = ROOT / "examples" / "classifier"
-XLA_PYTHON = "/tmp/envs/xla/bin/python"
-JAX_PYTHON = "/tmp/envs/jax/bin/python"
-MEASURABLE_SD = 2.0  # a mean shift over the trials of 2 seed sds is 4 standard errors with 4 trials
-# the calibrated (or fixed-rule) checks: the short run's L1, the full run's L1 and L3
-JUDGED = [f"{kind}:L1/{n}" for kind in ("short", "full") for n in ("loss_window", "metric", "trend")] + ["full:L3/main_result"]
-
-SPEC = '''name = "classifier"
-source = "src/repo"
-protocol = "ncsu"
-
-[experiment]
-short = "{{python}} train.py --seed {{seed}} --steps {{steps}}"
-full = "{{python}} train.py --seed {{seed}} --steps {{steps}}"
-short_steps = {short_steps}
-full_steps = {full_steps}
-expected_minutes_short = 1
-expected_minutes_full = 2
-
-[parse]
-loss = '^step (?P<step>\\d+) loss (?P<loss>\\S+)'
-metric = '^metric test_acc=(?P<value>\\S+)'
-metric_name = "test_acc"
-direction = "max"
-eval = '^eval step (?P<step>\\d+) items (?P<items>\\d+) loss (?P<loss>\\S+) acc (?P<acc>\\S+)'
-
-[profiles.reference]
-platform = "cpu"
-python = "{torch_python}"
-price_per_hour = 1.0
-env = {{ OMP_NUM_THREADS = "1" }}
-
-[profiles.target]
-platform = "cpu"
-python = "{torch_python}"
-price_per_hour = 1.0
-env = {{ OMP_NUM_THREADS = "1" }}
-
-[profiles.xla]
-platform = "xla"
-python = "{xla_python}"
-price_per_hour = 1.0
-env = {{ OMP_NUM_THREADS = "1", PJRT_DEVICE = "CPU" }}
-
-[profiles.jax]
-platform = "jax-cpu"
-python = "{jax_python}"
-price_per_hour = 1.0
-env = {{ OMP_NUM_THREADS = "1", JAX_PLATFORMS = "cpu", XLA_FLAGS = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1" }}
-'''
+PLATFORM = {"torch": "cpu", "xla": "xla", "jax": "jax-cpu"}
+DEFAULT_SHORT, DEFAULT_FULL = 5, 3  # the baseline a user gets from `ladder baseline`
 
 
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+def _setups() -> dict[str, dict[str, Any]]:
+    """The environments, exactly as the example's specs define them (one cache for tests, demo and this)."""
+    ex = ROOT / "examples" / "classifier"
+    xla = tomllib.loads((ex / "ladder.toml").read_text())["profiles"]
+    jax = tomllib.loads((ex / "ladder-jax.toml").read_text())["profiles"]
+    return {"torch": xla["reference"], "xla": xla["target"], "jax": jax["target"]}
 
 
-def prepare(work: Path, args: argparse.Namespace) -> dict[str, Path]:
-    """The workspace: spec, the reference copy, every mutant (edits verified), the ports."""
-    src = work / "src"
-    src.mkdir(parents=True, exist_ok=True)
-    apply_edits(EXAMPLE / "repo", src / "repo", [])
-    sources = {}
-    for case in CASES:
-        if case.port:
-            sources[case.name] = EXAMPLE / "ports" / case.port
-        elif case.edits:
-            summary = apply_edits(EXAMPLE / "repo", src / case.name, case.edits)
-            log(f"mutant {case.name}: " + "; ".join(summary))
-            sources[case.name] = src / case.name
-        else:
-            sources[case.name] = src / "repo"
-    (work / "ladder.toml").write_text(SPEC.format(short_steps=args.short_steps, full_steps=args.full_steps,
-                                                  torch_python=sys.executable, xla_python=XLA_PYTHON,
-                                                  jax_python=JAX_PYTHON))
-    return sources
+def _toml(v: Any) -> str:
+    if isinstance(v, str):
+        return json.dumps(v)
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{ " + ", ".join(f"{k} = {_toml(x)}" for k, x in v.items()) + " }"
+    raise TypeError(v)
 
 
-def _ok(run_dir: Path) -> RunRecord | None:
-    try:
-        r = RunRecord.load(run_dir)
-    except Exception:
+def _table(name: str, d: dict[str, Any]) -> str:
+    return f"[{name}]\n" + "".join(f"{k} = {_toml(v)}\n" for k, v in d.items()) + "\n"
+
+
+def write_spec(program: dict[str, Any], ws: Path, variants: list[dict[str, Any]]) -> Path:
+    """A ladder.toml for the program: the reference profile and one profile per variant."""
+    setups = _setups()
+    spec = program["spec"]
+    exp = {k: spec[k] for k in ("short", "full", "short_steps", "full_steps", "expected_minutes_short",
+                                "expected_minutes_full")}
+    text = f'name = "{program["program"]}"\nsource = "reference"\nprotocol = "ncsu"\n\n'
+    text += _table("experiment", exp) + _table("parse", spec["parse"])
+    if spec.get("probe"):
+        text += _table("probe", spec["probe"])
+    base_env = {"OMP_NUM_THREADS": "1", **spec.get("env", {})}
+
+    def profile(stack: str, env: dict[str, str]) -> dict[str, Any]:
+        s = setups[stack]
+        return {"platform": PLATFORM[stack], "setup": s["setup"], "python": s["python"],
+                "env": {**s.get("env", {}), **base_env, **env}, "price_per_hour": 1.0, "chips": 1}
+
+    text += _table("profiles.reference", profile("torch", {}))
+    text += _table("profiles.target", profile("torch", {}))
+    for v in variants:
+        text += _table(f"profiles.v_{v['name']}", profile(v["stack"], v.get("env", {})))
+    path = ws / "ladder.toml"
+    path.write_text(text)
+    return path
+
+
+# ---------------------------------------------------------------- runs
+
+@dataclass
+class Job:
+    program: str
+    profile: str
+    kind: str
+    seed: int
+    source: Path
+    run_dir: Path
+
+
+def _execute(spec_path: Path, job: Job, reuse: bool) -> RunRecord | None:
+    if (job.run_dir / "run.json").exists():
+        try:
+            rec = RunRecord.load(job.run_dir)
+            if rec.ended_at is not None:
+                return rec
+        except Exception:
+            pass
+    if reuse:
         return None
-    return r if r.exit_code == 0 and r.metric is not None else None
-
-
-def capture(spec, profile: str, kind: str, seed: int, source: Path, run_dir: Path, reuse: bool) -> RunRecord:
-    if reuse and (prior := _ok(run_dir)) is not None:
-        return prior
-    if run_dir.exists():
-        shutil.rmtree(run_dir)
-    rec = execute_run(spec, profile, kind, seed, source=source, run_dir=run_dir)
-    shutil.rmtree(run_dir / "work", ignore_errors=True)
-    if rec.exit_code != 0 or rec.metric is None:
-        raise RuntimeError(f"{run_dir}: exit {rec.exit_code}, metric {rec.metric}; last lines {rec.last_lines[-5:]}")
+    spec = load_spec(spec_path)
+    t0 = time.time()
+    rec = execute_run(spec, job.profile, job.kind, job.seed, source=job.source, run_dir=job.run_dir)
+    print(f"  {job.program} {job.profile} {job.kind} s{job.seed}: exit {rec.exit_code} metric {rec.metric} "
+          f"({time.time() - t0:.0f}s)", flush=True)
     return rec
 
 
-def build_baseline(spec, work: Path, args: argparse.Namespace, pool: ThreadPoolExecutor) -> Baseline:
-    final = spec.baselines_dir / "v1"
-    if args.reuse and final.exists():
-        return Baseline.load(final)
-    shutil.rmtree(spec.baselines_dir, ignore_errors=True)
-    partial = spec.baselines_dir / ".v1.partial"
-    plan = [("short", s) for s in range(args.short_seeds)] + [("full", s) for s in range(args.full_seeds)]
-    futs = [pool.submit(capture, spec, "reference", k, s, spec.source_dir, partial / f"{k}-s{s}", False)
-            for k, s in plan]
-    for f in futs:
-        f.result()
-    return create_baseline(spec, seeds=args.short_seeds, full_seeds=args.full_seeds)
+# ---------------------------------------------------------------- judging
+
+def _baseline(root: Path, shorts: list[RunRecord], fulls: list[RunRecord]) -> Baseline:
+    meta = BaselineMeta(name="bench", version=1, created_at=0.0, profile="reference", platform="cpu",
+                        seeds=[r.seed for r in shorts], full_seeds=[r.seed for r in fulls], spec_sha256="",
+                        protocol="ncsu")
+    return Baseline(root, meta, shorts, fulls)
 
 
-def judge(protocol, base: Baseline, short: RunRecord, full: RunRecord, k_short: int, k_full: int) -> dict:
-    """Both runs of a trial judged as the supervisor judges them: the short run up to L2, the full run up
-    to L3 (its own L1 checks against the baseline's full runs, then L3)."""
-    view = dataclasses.replace(base, short_runs=base.short_runs[:k_short], full_runs=base.full_runs[:k_full])
-    out = {}
-    for kind, run, up_to in (("short", short, "L2"), ("full", full, "L3")):
-        res = run_ladder(CheckContext(run=run, protocol=protocol, baseline=view, expected_platform=run.platform,
-                                      full_run=run if kind == "full" else None), up_to=up_to)
-        out.update({f"{kind}:{c.level}/{c.name}": c for c in res.checks if c.level != "L0"})
-    return out
+def _judge(run: RunRecord, baseline: Baseline, protocol, platform: str, up_to: str, full_run=None):
+    ctx = CheckContext(run=run, protocol=protocol, baseline=baseline, expected_platform=platform, full_run=full_run)
+    return run_ladder(ctx, up_to=up_to)
 
 
-def _more(checks: dict, prefix: str) -> int:
-    return max([c.details["calibrated"]["more_seeds"] for key, c in checks.items()
-                if key in JUDGED and key.startswith(prefix) and c.status == "undecided"] or [0])
+def _more_seeds(result) -> int:
+    return max([int(((c.details or {}).get("calibrated") or {}).get("more_seeds") or 0)
+                for c in result.checks if c.status == "undecided"] or [0])
 
 
-def verdicts(protocol, base: Baseline, short: RunRecord, full: RunRecord, k0: int) -> dict:
-    """The calibrated verdict at k0 seeds, then with the extra seeds it asked for; and the fixed rule."""
-    ks, kf = min(k0, len(base.short_runs)), min(k0, len(base.full_runs))
-    first = judge(protocol, base, short, full, ks, kf)
-    checks, rounds = first, 0
-    while rounds < 3 and any(checks[k].status == "undecided" for k in JUDGED):
-        ns = min(ks + _more(checks, "short:"), len(base.short_runs))
-        nf = min(kf + _more(checks, "full:"), len(base.full_runs))
-        if (ns, nf) == (ks, kf):
-            break  # the seeds asked for are not in the baseline: stays undecided (flagged)
-        ks, kf, rounds = ns, nf, rounds + 1
-        checks = judge(protocol, base, short, full, ks, kf)
-    fixed = judge(protocol, base, short, full, 1, 1)
-    status = lambda cs: {k: cs[k].status for k in JUDGED}  # noqa: E731
-    l2 = lambda cs: {k: c.status for k, c in cs.items() if "/" in k and k.split(":")[1].startswith("L2")}  # noqa: E731
-    return {"initial": status(first), "final": status(checks), "seeds_used": [ks, kf], "fixed": status(fixed),
-            "ladder": {**status(checks), **l2(checks)}, "fixed_ladder": {**status(fixed), **l2(fixed)},
-            "l2_detail": {k: c.evidence[:300] for k, c in checks.items() if k in l2(checks) and c.status != "passed"},
-            "fixed_detail": {k: fixed[k].evidence[:300] for k in JUDGED},
-            "final_detail": {k: checks[k].evidence[:600] for k in JUDGED}}
+@dataclass
+class Verdict:
+    flagged: bool
+    undecided: bool
+    failed: list[str] = field(default_factory=list)
+    extra_seeds: int = 0
 
 
-def flagged(statuses: dict, short_only: bool = False) -> bool:
-    return any(s != "passed" for key, s in statuses.items() if not short_only or key.startswith("short:"))
+def judge_trial(short: RunRecord, full: RunRecord, pool_short: list[RunRecord], pool_full: list[RunRecord],
+                protocol, platform: str, rule: str, seed: int) -> Verdict:
+    """Judge one trial as the supervisor would. `rule`: "ladder" (calibrated, starting from the default
+    baseline of the other seeds, seeds added when undecided) or "fixed" (the paired reference seed)."""
+    if rule == "fixed":
+        proto = protocol.model_copy(update={"l1": protocol.l1.model_copy(update={"rule": "fixed"})})
+        ps = [r for r in pool_short if r.seed == seed] or pool_short[:1]
+        pf = [r for r in pool_full if r.seed == seed] or pool_full[:1]
+        base = _baseline(Path("."), ps, pf)
+        results = [_judge(short, base, proto, platform, "L2"), _judge(full, base, proto, platform, "L3")]
+        extra = 0
+    else:
+        others_s = [r for r in pool_short if r.seed != seed]
+        others_f = [r for r in pool_full if r.seed != seed]
+        n_s, n_f = DEFAULT_SHORT, DEFAULT_FULL
+        base = _baseline(Path("."), others_s[:n_s], others_f[:n_f])
+        results = [_judge(short, base, protocol, platform, "L2"), _judge(full, base, protocol, platform, "L3")]
+        extra = 0
+        for i, (res, kind) in enumerate(zip(results, ("short", "full"))):
+            more = _more_seeds(res)
+            if not more:
+                continue
+            # the supervisor's rule (ladder.supervisor.steps.seeds_wanted), on the runs this benchmark stored
+            cap = protocol.calibrated.max_seeds
+            if kind == "short":
+                n_s2 = min(n_s + more, cap, len(others_s))
+                base2 = _baseline(Path("."), others_s[:n_s2], others_f[:n_f])
+                extra += n_s2 - n_s
+            else:
+                n_f2 = min(max(n_f + more, protocol.calibrated.min_seeds), cap, len(others_f))
+                base2 = _baseline(Path("."), others_s[:n_s], others_f[:n_f2])
+                extra += n_f2 - n_f
+            run = short if kind == "short" else full
+            results[i] = _judge(run, base2, protocol, platform, "L2" if kind == "short" else "L3")
+    failed, undecided = [], False
+    for res, kind in zip(results, ("short", "full")):
+        for c in res.checks:
+            if c.level in ("L1", "L2", "L3") and c.status not in CLIMBS:
+                failed.append(f"{kind}:{c.level}/{c.name}:{c.status}")
+                undecided |= c.status == "undecided"
+    return Verdict(bool(failed), undecided, failed, extra)
 
 
-def _mean_sd(xs: list[float]) -> tuple[float, float]:
-    return statistics.fmean(xs), statistics.stdev(xs)
+def caught_by_expected(v: Verdict, expect: list[str]) -> bool:
+    names = [f.split(":")[1] for f in v.failed if f.endswith(":failed")]
+    return any(n == e or n.startswith(e + "/") for n in names for e in expect)
 
 
-def effects(base: Baseline, protocol, trials: list[dict]) -> dict:
-    """A case's measured effect: mean shift of each quantity, in baseline seed sds and in percent."""
-    frac = protocol.l1.window_fraction
-    ref = {"metric_short": [r.metric for r in base.short_runs],
-           "loss_short": [window_mean(r.loss_curve, frac) for r in base.short_runs],
-           "loss_full": [window_mean(r.loss_curve, frac) for r in base.full_runs],
-           "metric_full": [r.metric for r in base.full_runs]}
-    out = {}
-    for key, vals in ref.items():
-        m, sd = _mean_sd(vals)
-        xs = [t[key] for t in trials]
-        shift = statistics.fmean(xs) - m
-        out[key] = {"mean": statistics.fmean(xs), "shift_sd": shift / sd if sd else math.inf,
-                    "shift_rel": shift / abs(m)}
-    return out
+# ---------------------------------------------------------------- figures
+
+def interval(k: int, n: int, conf: float = 0.95) -> tuple[float, float]:
+    """Clopper-Pearson exact interval for k successes in n."""
+    from scipy.stats import beta
+
+    if n == 0:
+        return (math.nan, math.nan)
+    a = (1 - conf) / 2
+    lo = 0.0 if k == 0 else float(beta.ppf(a, k, n - k + 1))
+    hi = 1.0 if k == n else float(beta.ppf(1 - a, k + 1, n - k))
+    return lo, hi
 
 
-def block_shift(protocol, seeds: list[RunRecord], runs: list[RunRecord], series, skip: float = 0.0) -> dict:
-    """The largest mean shift of a curve block (the calibrated curve check's blocks), in seed sds and in %.
-    `series(run)` gives (steps, values); blocks are cut on the first seed's steps after the first `skip`
-    of them, as the check cuts them."""
-    import numpy as np
-
-    from ladder.checks.stats import smooth
-
-    xy = [series(r) for r in seeds]
-    mine_xy = [series(r) for r in runs]
-    if any(x is None for x in xy + mine_xy):
-        return {"shift_sd": float("nan"), "shift_rel": float("nan")}
-    grid = xy[0][0]
-    grid = grid[grid >= grid[0] + skip * (grid[-1] - grid[0])]
-    blocks = np.array_split(np.arange(len(grid)), protocol.calibrated.curve_segments)
-    frac = protocol.calibrated.smoothing_fraction
-    per = lambda pts: [[c[b].mean() for b in blocks] for c in (smooth(np.interp(grid, x, y), frac) for x, y in pts)]  # noqa: E731
-    seeds_b, mine_b = np.array(per(xy)), np.array(per(mine_xy))
-    m = seeds_b.mean(axis=0)
-    z = (mine_b.mean(axis=0) - m) / seeds_b.std(axis=0, ddof=1)
-    i = int(np.argmax(np.abs(z)))
-    return {"shift_sd": float(z[i]), "shift_rel": float((mine_b.mean(axis=0)[i] - m[i]) / abs(m[i]))}
-
-
-def rate(rows: list[dict], kind_fault: bool, key: str, short_only: bool = False,
-         measurable: bool = False) -> tuple[int, int]:
-    sel = [t for r in rows if (r["kind"] == "fault") == kind_fault and (not measurable or r["effect"]["measurable"])
-           for t in r["trials"]]
-    return sum(flagged(t[key], short_only) for t in sel), len(sel)
+def rate(k: int, n: int) -> str:
+    if n == 0:
+        return "-"
+    lo, hi = interval(k, n)
+    return f"{k}/{n} = {k / n:.2f} [{lo:.2f}, {hi:.2f}]"
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--work", type=Path, default=Path("/tmp/ladder-detection"))
-    p.add_argument("--trials", type=int, default=4, help="seeds per case (100, 101, ...)")
-    p.add_argument("--short-seeds", type=int, default=10, help="baseline short runs stored")
-    p.add_argument("--full-seeds", type=int, default=10, help="baseline full runs stored")
-    p.add_argument("--seeds", type=int, default=5, help="baseline seeds the verdict starts with")
-    p.add_argument("--short-steps", type=int, default=300)
-    p.add_argument("--full-steps", type=int, default=1000)
-    p.add_argument("--jobs", type=int, default=2)
-    p.add_argument("--reuse", action="store_true", help="reuse finished runs in --work (re-score only)")
-    p.add_argument("--cases", nargs="*", help="only these cases")
-    args = p.parse_args()
-    t0 = time.time()
-    work = args.work.resolve()
-    if not args.reuse and work.exists():
-        shutil.rmtree(work)
-    sources = prepare(work, args)
-    spec = load_spec(work / "ladder.toml")
-    protocol = load_spec_protocol(spec)
-    cases = [c for c in CASES if not args.cases or c.name in args.cases]
-    with ThreadPoolExecutor(args.jobs) as pool:
-        log(f"baseline: {args.short_seeds} short + {args.full_seeds} full reference runs")
-        base = build_baseline(spec, work, args, pool)
-        log(f"baseline stored at {base.root} ({time.time() - t0:.0f}s)")
-        futs = {}
-        for case in cases:
-            for i in range(args.trials):
-                seed = 100 + i
-                for kind in ("short", "full"):
-                    rd = work / "runs" / case.name / f"{kind}-s{seed}"
-                    futs[(case.name, seed, kind)] = pool.submit(capture, spec, case.profile, kind, seed,
-                                                                sources[case.name], rd, args.reuse)
-        records = {}
-        for key, f in futs.items():
-            records[key] = f.result()
-            log(f"done {key} metric {records[key].metric}")
-    rows = []
-    for case in cases:
-        trials = []
-        for i in range(args.trials):
-            seed = 100 + i
-            short, full = records[(case.name, seed, "short")], records[(case.name, seed, "full")]
-            v = verdicts(protocol, base, short, full, args.seeds)
-            v.update(seed=seed, metric_short=short.metric, metric_full=full.metric,
-                     loss_short=window_mean(short.loss_curve, protocol.l1.window_fraction),
-                     loss_full=window_mean(full.loss_curve, protocol.l1.window_fraction))
-            trials.append(v)
-        eff = effects(base, protocol, trials)
-        shorts = [records[(case.name, 100 + i, "short")] for i in range(args.trials)]
-        eff["curve_block"] = block_shift(protocol, base.short_runs, shorts, lambda r: curve_arrays(r.loss_curve))
-        eff["grad_norm_block"] = block_shift(protocol, base.short_runs, shorts, lambda r: grad_norm_series(r, True),
-                                             skip=protocol.calibrated.grad_norm_skip_fraction)
-        eff["measurable"] = any(abs(v["shift_sd"]) >= MEASURABLE_SD for k, v in eff.items() if isinstance(v, dict))
-        rows.append({"case": case.name, "kind": case.kind, "what": case.what, "trials": trials, "effect": eff,
-                     "held_out": case.held_out})
-    elapsed = time.time() - t0
-    (work / "results.json").write_text(json.dumps(rows, indent=1, default=str))
-    print(report(rows, args, elapsed))
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--work", type=Path, default=Path("/tmp/ladder-ports"))
+    ap.add_argument("--set", choices=["dev", "held_out", "all"], default="dev")
+    ap.add_argument("--programs", default="", help="comma-separated program names (default: all in the corpus)")
+    ap.add_argument("--trials", type=int, default=2, help="seeds per variant (0, 1, ...)")
+    ap.add_argument("--baseline-short", type=int, default=10)
+    ap.add_argument("--baseline-full", type=int, default=6)
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--reuse", action="store_true", help="judge the stored runs again; run nothing")
+    ap.add_argument("--out", type=Path, default=HERE / "results.json")
+    args = ap.parse_args()
+    t_start = time.time()
+    programs = sorted(p.parent for p in CORPUS.glob("*/corpus.toml"))
+    if args.programs:
+        programs = [p for p in programs if p.name in args.programs.split(",")]
+    trials: list[dict[str, Any]] = []
+    for pdir in programs:
+        program = tomllib.loads((pdir / "corpus.toml").read_text())
+        variants = [v for v in program["variant"] if args.set == "all" or v.get("held_out", False) == (args.set == "held_out")]
+        ws = args.work / pdir.name
+        ws.mkdir(parents=True, exist_ok=True)
+        if not (ws / "reference").exists():
+            (ws / "reference").symlink_to(pdir / "reference")
+        spec_path = write_spec(program, ws, program["variant"])
+        spec = load_spec(spec_path)
+        protocol = load_spec_protocol(spec)
+        print(f"{pdir.name}: {len(variants)} variants ({args.set}), baseline {args.baseline_short} short + "
+              f"{args.baseline_full} full", flush=True)
+        jobs = [Job(pdir.name, "reference", kind, s, pdir / "reference", ws / "runs" / "reference" / f"{kind}-s{s}")
+                for kind, n in (("short", args.baseline_short), ("full", args.baseline_full)) for s in range(n)]
+        jobs += [Job(pdir.name, f"v_{v['name']}", kind, s, pdir / "variants" / v["name"],
+                     ws / "runs" / v["name"] / f"{kind}-s{s}")
+                 for v in variants for s in range(args.trials) for kind in ("short", "full")]
+        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+            recs = list(pool.map(lambda j: _execute(spec_path, j, args.reuse), jobs))
+        by = {(j.profile, j.kind, j.seed): r for j, r in zip(jobs, recs)}
+        pool_short = [by[("reference", "short", s)] for s in range(args.baseline_short) if by.get(("reference", "short", s))]
+        pool_full = [by[("reference", "full", s)] for s in range(args.baseline_full) if by.get(("reference", "full", s))]
+        cases = [("reference", {"name": "reference", "kind": "faithful", "stack": "torch", "held_out": None,
+                                "what": "the reference's own run at this seed, against its other seeds", "expect": []},
+                  range(min(args.baseline_short, args.baseline_full)))]
+        cases += [(f"v_{v['name']}", v, range(args.trials)) for v in variants]
+        for profile, v, seeds in cases:
+            for s in seeds:
+                short, full = by.get((profile, "short", s)), by.get((profile, "full", s))
+                if short is None or full is None:
+                    continue
+                platform = PLATFORM[v["stack"]]
+                t = {"program": pdir.name, "variant": v["name"], "kind": v["kind"], "held_out": v.get("held_out"),
+                     "stack": v["stack"], "seed": s, "expect": v.get("expect", []), "what": v.get("what", ""),
+                     "metric": {"short": short.metric, "full": full.metric}}
+                for rule in ("ladder", "fixed"):
+                    verdict = judge_trial(short, full, pool_short, pool_full, protocol, platform, rule, s)
+                    t[rule] = {"flagged": verdict.flagged, "undecided": verdict.undecided, "failed": verdict.failed,
+                               "extra_seeds": verdict.extra_seeds,
+                               "right_check": caught_by_expected(verdict, v.get("expect", []))}
+                trials.append(t)
+    report(trials, args, time.time() - t_start)
 
 
-def _fmt(e: dict) -> str:
-    if not math.isfinite(e["shift_sd"]):
-        return "n/a"
-    return f"{e['shift_sd']:+.1f} sd, {e['shift_rel']:+.1%}"
+def _summ(trials: list[dict[str, Any]], rule: str) -> dict[str, Any]:
+    ok = [t for t in trials if t["kind"] in ("faithful", "benign")]
+    ref = [t for t in ok if t["variant"] == "reference"]
+    ports_ok = [t for t in ok if t["variant"] != "reference"]
+    faults = [t for t in trials if t["kind"] == "fault"]
+    fa = sum(t[rule]["flagged"] for t in ports_ok)
+    fr = sum(t[rule]["flagged"] for t in ref)
+    rc = sum(t[rule]["flagged"] for t in faults)
+    right = sum(t[rule]["flagged"] and t[rule]["right_check"] for t in faults)
+    und = sum(t[rule]["undecided"] for t in trials)
+    return {"false_alarm": [fa, len(ports_ok), interval(fa, len(ports_ok))],
+            "reference_flagged": [fr, len(ref), interval(fr, len(ref))],
+            "recall": [rc, len(faults), interval(rc, len(faults))],
+            "recall_right_check": [right, len(faults), interval(right, len(faults))],
+            "undecided": und}
 
 
-def report(rows: list[dict], args: argparse.Namespace, elapsed: float) -> str:
-    n = args.trials
-    out = [f"Detection benchmark: {len(rows)} cases x {n} seeds; baseline {args.short_seeds} short "
-           f"({args.short_steps} steps) + {args.full_seeds} full ({args.full_steps} steps) runs; the calibrated "
-           f"verdict starts from {args.seeds} seeds and adds the seeds it asks for; wall {elapsed / 60:.1f} min.",
-           "",
-           "Effects: mean shift over the case's trials from the mean of all baseline seeds, in baseline seed sds "
-           "(and %); 'curve' and 'grad norm' = the block of the short run's smoothed loss / scale-free gradient-norm "
-           f"curve (the judged steps) with the largest shift. Flag counts are trials out of {n}; a trial is flagged when a check on its "
-           "short run (L1) or full run (L1, L3) does not pass; '+ L2' adds L2's probe checks on both runs.",
-           "",
-           "| case | kind | test_acc short | loss window short | curve block | grad-norm block | loss window full "
-           f"| test_acc full | calibrated @{args.seeds} seeds (undecided) | calibrated final | fixed rule "
-           "| short run alone | ladder (calibrated + L2) | fixed rule + L2 |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        e = r["effect"]
-        cells = [_fmt(e[k]) for k in ("metric_short", "loss_short", "curve_block", "grad_norm_block", "loss_full",
-                                      "metric_full")]
-        t = r["trials"]
-        init_flag = sum(flagged(x["initial"]) for x in t)
-        init_und = sum(any(s == "undecided" for s in x["initial"].values()) for x in t)
-        counts = [sum(flagged(x[key], short_only=so) for x in t)
-                  for key, so in (("final", False), ("fixed", False), ("final", True), ("ladder", False),
-                                  ("fixed_ladder", False))]
-        mark = "" if r["kind"] != "fault" or e["measurable"] else " (no measurable effect)"
-        mark += f", held out {r['held_out']}" if r.get("held_out") else ""
-        out.append(f"| {r['case']} | {r['kind']}{mark} | {' | '.join(cells)} | {init_flag}/{n} ({init_und}) | "
-                   + " | ".join(f"{c}/{n}" for c in counts) + " |")
-    out.append("")
-    for label, key in (("ladder: calibrated L1/L3 plus L2's probe checks", "ladder"),
-                       ("fixed rule plus the same L2 probe checks", "fixed_ladder"),
-                       ("calibrated L1/L3, final (extra seeds added)", "final"),
-                       (f"calibrated L1/L3 at {args.seeds} seeds (undecided counts as flagged)", "initial"),
-                       ("fixed rule L1/L3 (one baseline seed)", "fixed")):
-        hit, nf = rate(rows, True, key)
-        fa, nb = rate(rows, False, key)
-        mh, mn = rate(rows, True, key, measurable=True)
-        out.append(f"- {label}: recall {hit}/{nf} = {hit / nf:.3f} (faults with a measurable effect: "
-                   f"{mh}/{mn} = {mh / max(mn, 1):.3f}), false alarm {fa}/{nb} = {fa / nb:.3f}")
-    for which, what in ((0, "the suite the protocol was set on"), (1, "held-out set 1 (spent)"),
-                        (2, "held-out set 2 (first run)")):
-        part = [r for r in rows if r.get("held_out", 0) == which]
-        if not part:
-            continue
-        for label, key in (("ladder", "ladder"), ("fixed rule + L2", "fixed_ladder")):
-            hit, nf = rate(part, True, key)
-            fa, nb = rate(part, False, key)
-            out.append(f"- {what}, {label}: recall {hit}/{nf} = {hit / max(nf, 1):.3f}, "
-                       f"false alarm {fa}/{nb} = {fa / max(nb, 1):.3f}")
-    hit, nf = rate(rows, True, "final", short_only=True)
-    fa, nb = rate(rows, False, "final", short_only=True)
-    out.append(f"- faults caught from the short run alone (calibrated L1): {hit}/{nf} = {hit / nf:.3f} "
-               f"(false alarm {fa}/{nb} = {fa / nb:.3f})")
-    return "\n".join(out)
+def report(trials: list[dict[str, Any]], args, wall: float) -> None:
+    print()
+    print("| program | variant | kind | stack | set | ladder (failed checks) | fixed rule + L2 |")
+    print("|---|---|---|---|---|---|---|")
+    rows: dict[tuple, list] = {}
+    for t in trials:
+        rows.setdefault((t["program"], t["variant"]), []).append(t)
+    for (prog, var), ts in rows.items():
+        t0 = ts[0]
+        cell = lambda r: (f"{sum(t[r]['flagged'] for t in ts)}/{len(ts)} "  # noqa: E731
+                          + "; ".join(sorted({f.rsplit(':', 1)[0] + (' (undecided)' if f.endswith('undecided') else '')
+                                              for t in ts for f in t[r]["failed"]}))[:160])
+        s = "ref" if t0["held_out"] is None else ("held out" if t0["held_out"] else "dev")
+        print(f"| {prog} | {var} | {t0['kind']} | {t0['stack']} | {s} | {cell('ladder')} | {cell('fixed')} |")
+    print()
+    summary = {}
+    for rule, label in (("ladder", "ladder (calibrated + L2)"), ("fixed", "fixed rule + L2")):
+        s = _summ(trials, rule)
+        summary[rule] = s
+        print(f"- {label}: false alarm on faithful/benign ports {rate(*s['false_alarm'][:2])}; the reference's other "
+              f"seeds flagged {rate(*s['reference_flagged'][:2])}; fault recall {rate(*s['recall'][:2])}, with an "
+              f"expected check named {rate(*s['recall_right_check'][:2])}; undecided trials {s['undecided']}")
+    for prog in sorted({t["program"] for t in trials}):
+        s = _summ([t for t in trials if t["program"] == prog], "ladder")
+        print(f"  - {prog}: false alarm {rate(*s['false_alarm'][:2])}, recall {rate(*s['recall'][:2])}")
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
+    dirty = bool(subprocess.run(["git", "status", "--porcelain", "--", "ladder", "protocols", "benchmarks/ports"],
+                                capture_output=True, text=True, cwd=ROOT).stdout.strip())
+    out = {"commit": commit, "dirty": dirty, "date": datetime.datetime.now().isoformat(timespec="seconds"),
+           "set": args.set, "trials_per_variant": args.trials, "baseline": [args.baseline_short, args.baseline_full],
+           "wall_s": round(wall, 1), "summary": summary, "trials": trials}
+    args.out.write_text(json.dumps(out, indent=1))
+    print(f"\nwall {wall / 60:.1f} min; commit {commit[:10]}{' (dirty)' if dirty else ''}; written {args.out}")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from ladder._cli.main import app
+from ladder._cli.main import app, writing
 from ladder._display import display
 from ladder.baselines.store import (DEFAULT_FULL_SEEDS, DEFAULT_SEEDS, create_baseline, extend_baseline, pinned,
                                    versions, verify_baseline)
@@ -33,7 +33,7 @@ def baseline(
         return
     spec = load_spec(spec_path)
     d = display()
-    with d.run_progress("baseline") as cb:
+    with writing(spec.workspace, "baseline"), d.run_progress("baseline") as cb:
         b = create_baseline(spec, seeds=seeds, full_seeds=full_seeds, short_only=short_only, force=force,
                             progress=cb)
     _report(b, as_json)
@@ -67,6 +67,11 @@ def extend(
     """Add runs to the stored baseline version the migration uses (nothing stored changes; verify still proves
     every earlier digest)."""
     spec = load_spec(spec_path)
+    with writing(spec.workspace, "baseline extend"):
+        _extend(spec, seeds, full_seeds, as_json)
+
+
+def _extend(spec, seeds: int, full_seeds: int | None, as_json: bool) -> None:
     b, note = pinned(spec)
     if b is None:
         from ladder._util.errors import LadderError

@@ -12,6 +12,7 @@ from ladder.baselines.store import resolve_baseline
 from ladder.checks import CheckContext, run_ladder
 from ladder.migration.protocol import load_protocol
 from ladder.runs.records import RunRecord
+from ladder._util.errors import LadderError
 from ladder.migration.spec import load_spec, load_spec_protocol
 
 
@@ -57,15 +58,40 @@ def check_run(run_dir: Path, spec_path: Path | None, baseline_dir: Path | None, 
     return run_ladder(ctx)
 
 
+def declared_for(run_dir: Path, spec_path: Path | None) -> str | None:
+    """The level the agent declared for the attempt this run belongs to (journals/<name>/runs/attempt-N-...)."""
+    import re
+
+    m = re.match(r"attempt-(\d+)-", Path(run_dir).name)
+    if m is None or spec_path is None or not Path(spec_path).exists():
+        return None
+    spec = load_spec(spec_path)
+    journal = spec.journal_dir / "journal.sqlite"
+    if not journal.is_file():
+        return None
+    from ladder.journal.store import Journal
+
+    with Journal(journal) as j:
+        decl = j.last("declaration", attempt=int(m.group(1)))
+    return decl.content.get("level") if decl else None
+
+
 @app.command("check")
 def check(
     run_dir: Path = typer.Argument(..., help="A run directory written by `ladder run`."),
-    baseline_dir: Path | None = typer.Option(None, "--baseline", help="Baseline dir (default: the spec's latest)."),
+    baseline_dir: Path | None = typer.Option(None, "--baseline", help="Baseline dir (default: the one the migration "
+                                             "pinned, else the spec's latest)."),
     full_run: Path | None = typer.Option(None, "--full-run", help="The attempt's full run, for L3/L4."),
-    spec_path: Path = typer.Option(Path("ladder.toml"), "--spec"),
-    as_json: bool = typer.Option(False, "--json"),
+    require: str | None = typer.Option(None, "--require", help="Exit 1 below this level (L0-L4). Default: the level "
+                                       "declared for the run's attempt, else L0."),
+    spec_path: Path = typer.Option(Path("ladder.toml"), "--spec", help="The migration spec."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> int:
-    """Print the ladder (L0-L4) for a run; exit 1 unless it reaches L0."""
+    """Print the ladder (L0-L4) for a run; exit 1 below the required level (a CI gate)."""
+    from ladder.checks.results import LEVELS, level_index
+
+    if require is not None and require.upper() not in LEVELS:
+        raise LadderError(f"--require {require!r} is not a level", f"use one of {', '.join(LEVELS)}")
     result = check_run(run_dir, spec_path, baseline_dir, full_run)
     d = display()
     if as_json:
@@ -74,4 +100,8 @@ def check(
         rows = [[c.level, c.name, c.status, cell(c.measured), cell(c.threshold), c.evidence] for c in result.checks]
         d.table(f"ladder for {run_dir}: achieved {result.achieved_level or 'none'}",
                 ["level", "check", "status", "measured", "threshold", "evidence"], rows)
-    return 0 if result.achieved_level is not None else 1
+    need = (require or declared_for(run_dir, spec_path) or "L0").upper()
+    ok = level_index(result.achieved_level) >= level_index(need)
+    if not ok and not as_json:
+        d.error(f"achieved {result.achieved_level or 'no level'}, below the required {need}")
+    return 0 if ok else 1

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import typer
 
-from ladder._cli.main import app
+from ladder._cli.main import app, writing
 from ladder._display import display
 from ladder._util.errors import LadderError
 
@@ -41,6 +41,36 @@ def locate(spec_path: Path, journal: Path | None, must_exist: bool = True) -> tu
     return path, root
 
 
+ALLOW_OPT = typer.Option(False, "--allow-unverified", help="Show a journal that fails verification anyway, "
+                         "under a banner (default: refuse it).")
+
+
+def anchors_for(spec_path: Path, journal: Path | None) -> list[tuple[int, str, str]] | None:
+    """The journal heads the attempts' commits recorded (None when there is no spec to find the repo)."""
+    if journal is not None or not Path(spec_path).exists():
+        return None
+    from ladder.migration.spec import load_spec
+    from ladder.supervisor.git_ops import journal_anchors
+
+    spec = load_spec(spec_path)
+    return journal_anchors(spec.source_dir, spec.name)
+
+
+def verified(spec_path: Path, journal: Path | None, allow: bool) -> tuple[Path, Path | None, str | None]:
+    """The journal and its root, refused when it fails verification (a banner instead, when allowed)."""
+    from ladder._util.errors import IntegrityError
+    from ladder.journal.store import verify_journal
+
+    path, root = locate(spec_path, journal)
+    result = verify_journal(path, root, anchors_for(spec_path, journal))
+    if result.ok:
+        return path, root, None
+    text = f"{path} FAILS VERIFICATION ({len(result.problems)} problem(s)): " + "; ".join(result.problems[:3])
+    if not allow:
+        raise IntegrityError(text, "run `ladder journal verify` for the details; --allow-unverified shows it anyway")
+    return path, root, "UNVERIFIED JOURNAL: " + text
+
+
 @journal_app.command("verify")
 def verify(
     spec_path: Path = SPEC_OPT,
@@ -51,12 +81,15 @@ def verify(
     from ladder.journal.store import verify_journal
 
     path, root = locate(spec_path, journal)
-    result = verify_journal(path, root)
+    anchors = anchors_for(spec_path, journal)
+    result = verify_journal(path, root, anchors)
     d = display()
     if as_json:
         d.json({"journal": str(path), **result.model_dump()})
     elif result.ok:
-        d.info(f"{path}: {result.entries} entries, chain and references intact")
+        anchored = (f"; {len(anchors)} anchors in git agree" if anchors else
+                    "; no git anchors checked" + (" (pass --spec to find them)" if anchors is None else " (none recorded)"))
+        d.info(f"{path}: {result.entries} entries, chain and references intact{anchored}")
     else:
         first = f"first bad entry: {result.first_bad_seq}; " if result.first_bad_seq is not None else ""
         d.error(f"{path}: {first}{len(result.problems)} problem(s)\n  - " + "\n  - ".join(result.problems))
@@ -77,8 +110,8 @@ def fix_note_cmd(
     from ladder.journal.entries import fix_note
     from ladder.journal.store import Journal
 
-    path, _ = locate(spec_path, journal)
-    with Journal(path) as j:
+    path, root = locate(spec_path, journal)
+    with writing(root or path.parent, "journal fix-note"), Journal(path) as j:
         e = fix_note(j, note_seq, message, author="human", attempt=attempt)
     _report_entry(e, as_json)
 
@@ -106,8 +139,8 @@ def declare_cmd(
 
     if not message.strip():
         raise LadderError("an empty rationale", "say with -m why you expect this level")
-    path, _ = locate(spec_path, journal, must_exist=False)
-    with Journal(path) as j:
+    path, root = locate(spec_path, journal, must_exist=False)
+    with writing(root or path.parent, "declare"), Journal(path) as j:
         e = declare(j, attempt, None if level.lower() == "none" else level.upper(), message, author="human")
     _report_entry(e, as_json)
 
@@ -117,13 +150,16 @@ def notes_cmd(
     attempt: int | None = typer.Option(None, "--attempt", help="Only this attempt's notes."),
     spec_path: Path = SPEC_OPT,
     journal: Path | None = JOURNAL_OPT,
-    as_json: bool = typer.Option(False, "--json"),
+    allow_unverified: bool = ALLOW_OPT,
+    as_json: bool = typer.Option(False, "--json", help="Print the notes as JSON."),
 ) -> None:
     """Print the failure notes (cause, diagnosis, fix, silent?) as markdown for review."""
     from ladder.journal.audit import load_history
     from ladder.report.render import notes_markdown
 
-    path, root = locate(spec_path, journal)
+    path, root, banner = verified(spec_path, journal, allow_unverified)
+    if banner:
+        display().error(banner)
     notes = [n for n in load_history(path, root).notes if attempt is None or n.attempt == attempt]
     if as_json:
         display().json([{"seq": n.seq, "attempt": n.attempt, **n.note.model_dump(mode="json"), "fix": n.fix,
@@ -136,12 +172,24 @@ def notes_cmd(
 def audit_cmd(
     journals: list[Path] = typer.Argument(None, help="Journal files (default: the spec's journal)."),
     spec_path: Path = SPEC_OPT,
-    as_json: bool = typer.Option(False, "--json"),
+    allow_unverified: bool = ALLOW_OPT,
+    as_json: bool = typer.Option(False, "--json", help="Print the audit as JSON."),
 ) -> None:
     """Declared against achieved, overclaim rate, silent failures, time to L0/L2/L3, interventions."""
     from ladder.journal.audit import audit_json, audit_markdown, audit_paths
 
-    paths = list(journals) if journals else [locate(spec_path, None)[0]]
+    if journals:
+        paths = []
+        for j in journals:
+            p, _, banner = verified(spec_path, Path(j), allow_unverified)
+            if banner:
+                display().error(banner)
+            paths.append(p)
+    else:
+        p, _, banner = verified(spec_path, None, allow_unverified)
+        if banner:
+            display().error(banner)
+        paths = [p]
     result = audit_paths(paths)
     if as_json:
         display().json(audit_json(result))
@@ -154,12 +202,15 @@ def report_cmd(
     html: Path | None = typer.Option(None, "--html", help="Where to write the HTML (default: beside the journal)."),
     spec_path: Path = SPEC_OPT,
     journal: Path | None = JOURNAL_OPT,
-    as_json: bool = typer.Option(False, "--json"),
+    allow_unverified: bool = ALLOW_OPT,
+    as_json: bool = typer.Option(False, "--json", help="Print the paths written as JSON."),
 ) -> None:
     """Write the report: one self-contained HTML file and its markdown twin (.md beside it)."""
     from ladder.report import write_report
 
-    path, root = locate(spec_path, journal)
+    path, root, banner = verified(spec_path, journal, allow_unverified)
+    if banner:
+        display().error(banner)
     html_path, md_path, data = write_report(path, html or path.parent / "report.html", root)
     problems = [*data.verify.problems, *data.problems]
     if as_json:

@@ -1,12 +1,17 @@
 """The `ladder` console script: a thin layer that parses arguments and calls the library.
 
-One module per command group registers itself here. Errors a user can fix are printed as one
-message with the fix, and exit 2; a failed gate exits 1.
+One module per command group registers itself here. Errors a user can fix are printed as one message
+with the fix, and exit 2 (a usage error too: one line, no traceback); a failed gate exits 1. SIGTERM is
+turned into the same path as Ctrl-C, so a run in progress is killed with its whole process tree.
 """
 
 from __future__ import annotations
 
+import signal
 import sys
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
 
 import typer
 
@@ -29,12 +34,41 @@ def _options(plain: bool = typer.Option(False, "--plain", help="Plain text outpu
         set_plain(True)
 
 
+@contextmanager
+def writing(spec_path: Path, command: str) -> Iterator[None]:
+    """Hold the workspace's writer lock while a command writes (ladder.migration.workspace)."""
+    from ladder.migration.workspace import WorkspaceLock
+
+    path = Path(spec_path)
+    workspace = (path if path.is_dir() else path.parent).resolve()
+    with WorkspaceLock(workspace, command):
+        yield
+
+
 def _register() -> None:
     from ladder._cli import commands  # noqa: F401  (commands register on `app`)
 
 
+def _usage_errors() -> tuple[type[BaseException], ...]:
+    import click
+
+    out: list[type[BaseException]] = [click.exceptions.ClickException]
+    try:
+        from typer._click import exceptions as vendored  # typer >= 0.2x carries its own copy of click
+
+        out.append(vendored.ClickException)
+    except ImportError:
+        pass
+    return tuple(out)
+
+
+def _interrupt(signum, frame):  # noqa: ANN001
+    raise KeyboardInterrupt
+
+
 def main() -> None:
     _register()
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         rc = app(standalone_mode=False)
         sys.exit(rc if isinstance(rc, int) else 0)
@@ -47,10 +81,16 @@ def main() -> None:
         sys.exit(e.exit_code)
     except (typer.Abort, KeyboardInterrupt):
         sys.exit(130)
-    except Exception as e:  # click usage errors
-        import click
-
-        if isinstance(e, click.exceptions.ClickException):
-            e.show()
+    except _usage_errors() as e:
+        if type(e).__name__ == "NoArgsIsHelpError":
+            ctx = getattr(e, "ctx", None)
+            if ctx is not None:
+                typer.echo(ctx.get_help())
             sys.exit(2)
-        raise
+        hint = ""
+        ctx = getattr(e, "ctx", None)
+        if ctx is not None:
+            hint = f" (see `{ctx.command_path} --help`)"
+        msg = e.format_message() if hasattr(e, "format_message") else str(e)
+        sys.stderr.write(f"error: {msg}{hint}\n")
+        sys.exit(2)

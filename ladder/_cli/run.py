@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from ladder._cli.main import app
+from ladder._cli.main import app, writing
 from ladder._display import display
 from ladder.runs.execute import execute_run
 from ladder.migration.spec import load_spec
@@ -27,7 +27,7 @@ def run_cmd(
     """Run the short or full experiment once, capture and parse it, and record run.json."""
     spec = load_spec(spec_path)
     d = display()
-    with d.run_progress(f"{on} {kind} seed {seed}") as cb:
+    with writing(spec.workspace, "run"), d.run_progress(f"{on} {kind} seed {seed}") as cb:
         record = execute_run(spec, on, kind, seed, source=source, run_dir=run_dir, progress=cb)
     summary = {
         "run_dir": str(run_dir or spec.runs_dir / record.run_id),

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from ladder._cli.main import app
+from ladder._cli.main import app, writing
 from ladder._display import display
 
 SPEC = typer.Option(Path("ladder.toml"), "--spec", help="The migration spec.")
@@ -50,7 +50,7 @@ def supervise_cmd(
     """Run the whole protocol: baseline, attempt 0, agent attempts, checks, stop rules, full run, report."""
     from ladder.supervisor.driver import supervise
 
-    with display().run_progress("supervise") as cb:
+    with writing(spec_path, "supervise"), display().run_progress("supervise") as cb:
         st = supervise(spec_path, agent, max_attempts=max_attempts, seeds=seeds, full_seeds=full_seeds, progress=cb)
     return show_status(st, as_json)
 
@@ -66,14 +66,44 @@ def resume_cmd(
     """Answer a pause, or continue a migration whose supervisor was killed."""
     from ladder.supervisor.driver import resume
 
-    with display().run_progress("resume") as cb:
+    with writing(spec_path, "resume"), display().run_progress("resume") as cb:
         st = resume(spec_path, decision, raise_to, note, progress=cb)
     return show_status(st, as_json)
 
 
 @app.command("status")
-def status_cmd(spec_path: Path = SPEC, as_json: bool = typer.Option(False, "--json")) -> int:
-    """Where the migration stands: attempts, declared vs achieved, what it waits for."""
+def status_cmd(spec_path: Path = SPEC,
+               allow_unverified: bool = typer.Option(False, "--allow-unverified", help="Show a journal that fails "
+                                                     "verification anyway, under a banner (default: refuse it)."),
+               as_json: bool = typer.Option(False, "--json", help="Print the status as JSON.")) -> int:
+    """Where the migration stands: attempts, declared vs achieved, what it waits for (reads; never waits for a
+    writer)."""
+    from ladder._cli.journal import verified
+    from ladder.migration.workspace import holder
     from ladder.supervisor.driver import status
 
+    _, _, banner = verified(spec_path, None, allow_unverified)
+    if banner:
+        display().error(banner)
+    busy = holder(Path(spec_path).resolve().parent)
+    if busy and not as_json:
+        display().info(f"running now: {busy}")
     return show_status(status(spec_path), as_json)
+
+
+@app.command("reset")
+def reset_cmd(keep_baseline: bool = typer.Option(False, "--keep-baseline", help="Keep the stored baseline (the "
+                                                 "next migration pins it again)."),
+              spec_path: Path = SPEC, as_json: bool = typer.Option(False, "--json", help="Print what was done as JSON.")) -> int:
+    """Start the migration over: archive its journal (and baselines), remove the attempts' worktrees and branches."""
+    from ladder.supervisor.driver import reset
+
+    with writing(spec_path, "reset"):
+        out = reset(spec_path, keep_baseline)
+    d = display()
+    if as_json:
+        d.json(out)
+    else:
+        for key, items in out.items():
+            d.info(f"{key.replace('_', ' ')}: {', '.join(items) if items else '-'}")
+    return 0

@@ -17,8 +17,7 @@ from ladder.agents import AttemptContext
 from ladder.migration.protocol import PROTOCOLS_DIR
 
 PROMPTS_DIR = PROTOCOLS_DIR / "prompts"
-# Paths, relative to the worktree root, that an attempt must leave alone (ladder verifies afterwards).
-PROTECTED_PATHS: tuple[str, ...] = ("baselines/", "journals/", "protocols/", "ladder.toml")
+from ladder.migration.workspace import PROTECTED_PATHS  # noqa: E402  (the one list; ladder verifies afterwards)
 # Order in which a failure note's fields are shown; other keys follow in their own order.
 _NOTE_FIELDS = ("check", "level", "cause", "diagnosis", "fix")
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from ladder.checks import CheckContext, register
 from ladder.checks.results import CheckResult
 
@@ -40,8 +42,9 @@ def loss_logged(ctx: CheckContext) -> CheckResult:
 @register("L0", "metric_reported")
 def metric_reported(ctx: CheckContext) -> CheckResult:
     r = ctx.run
-    ok = r.metric is not None
+    ok = r.metric is not None and math.isfinite(r.metric)
     ev = f"{r.metric_name} = {r.metric}" if ok else (
+        f"the headline metric {r.metric_name!r} is {r.metric}: not a finite number" if r.metric is not None else
         f"no headline metric {r.metric_name!r} found; last lines of output: {r.last_lines[-8:]}")
     return _result("metric_reported", ok, r.metric, "a number", ev)
 
@@ -52,3 +55,12 @@ def finite_loss(ctx: CheckContext) -> CheckResult:
     ev = "no NaN/Inf in the logged loss" if not bad else (
         f"first non-finite loss at step {bad[0].step} ({bad[0].loss}); {len(bad)} such lines recorded")
     return _result("finite_loss", not bad, len(bad), 0, ev)
+
+
+@register("L0", "integrity")
+def integrity(ctx: CheckContext) -> CheckResult:
+    """The spec, the protocols, the baselines and the journal were unchanged while the run ran."""
+    bad = ctx.run.integrity
+    ev = ("nothing ladder protects changed while the run ran (spec, protocols, baselines, journal head)" if not bad
+          else "the run changed what decides its own verdict: " + "; ".join(bad[:6]))
+    return _result("integrity", not bad, len(bad), 0, ev)

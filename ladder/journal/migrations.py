@@ -113,4 +113,10 @@ def m002_entries_attempt_kind_index(conn: sqlite3.Connection) -> None:
     conn.execute("CREATE INDEX entries_attempt_kind ON entries (attempt, kind)")
 
 
+@migration
+def m003_meta(conn: sqlite3.Connection) -> None:
+    # Facts about the journal itself, written once when it is created (e.g. whether its chain is keyed).
+    conn.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+
+
 TRIGGERS = ("entries_no_update", "entries_no_delete")

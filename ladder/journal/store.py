@@ -9,6 +9,13 @@ Each entry is hashed over canonical JSON of its header (which holds the content'
 previous entry's hash), so editing one byte anywhere breaks the chain at that entry. Every append
 is one `BEGIN IMMEDIATE` transaction that reads the chain head, applies the rules and inserts:
 concurrent writers, in threads or processes, are serialised by SQLite and get consecutive seqs.
+
+A chain alone cannot stop someone who rewrites every entry after an edit with the same function, or
+who cuts the tail. Two defences: with LADDER_JOURNAL_KEY set when the journal is created, every entry
+hash is an HMAC-SHA256 under that key (a rewrite without the key cannot verify); and each attempt's git
+commit carries the journal head at that moment (`Journal-Head: <seq> <hash>`, ladder.supervisor.git_ops),
+which `verify_journal` checks when it is given those anchors: a re-hashed or truncated journal no longer
+holds the entries its commits recorded.
 """
 
 from __future__ import annotations
@@ -93,8 +100,19 @@ class VerifyResult(BaseModel):
             )
 
 
+KEY_ENV = "LADDER_JOURNAL_KEY"
+
+
+def _key() -> bytes | None:
+    import os
+
+    k = os.environ.get(KEY_ENV)
+    return k.encode() if k else None
+
+
 def entry_sha256(
     *,
+    key: bytes | None = None,
     seq: int,
     kind: str,
     author: str,
@@ -105,7 +123,8 @@ def entry_sha256(
     corrects: int | None,
     reason: str | None,
 ) -> str:
-    """The entry's identity: sha256 of canonical JSON of its header (content enters via its hash)."""
+    """The entry's identity: sha256 (HMAC-SHA256 under `key`) of canonical JSON of its header (content
+    enters via its hash)."""
     header = {
         "seq": seq,
         "kind": kind,
@@ -117,6 +136,11 @@ def entry_sha256(
         "corrects": corrects,
         "reason": reason,
     }
+    if key is not None:
+        import hashlib
+        import hmac
+
+        return hmac.new(key, canonical_json(header), hashlib.sha256).hexdigest()
     return sha256_bytes(canonical_json(header))
 
 
@@ -203,9 +227,28 @@ class Journal:
             # FULL: a committed entry survives power loss, not only a killed process.
             self._conn.execute("PRAGMA synchronous = FULL")
             migrate(self._conn)
+            self._key = _key()
+            self._keyed = self._mode()
         except BaseException:
             self._conn.close()
             raise
+
+    def _mode(self) -> bool:
+        """Whether the chain is keyed: decided when the journal is created, then held to."""
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            row = self._conn.execute("SELECT value FROM meta WHERE key = 'keyed'").fetchone()
+            if row is None:
+                empty = self._conn.execute("SELECT COUNT(*) FROM entries").fetchone()[0] == 0
+                keyed = bool(self._key) and empty
+                self._conn.execute("INSERT INTO meta (key, value) VALUES ('keyed', ?)", ("1" if keyed else "0",))
+            else:
+                keyed = row[0] == "1"
+            self._conn.execute("COMMIT")
+        except BaseException:
+            self._conn.execute("ROLLBACK")
+            raise
+        return keyed
 
     def __enter__(self) -> "Journal":
         return self
@@ -233,6 +276,9 @@ class Journal:
         it must belong to the same attempt. Raises LadderError when a rule refuses the entry.
         """
         self._check_arguments(kind, content, author, attempt, corrects, reason)
+        if self._keyed and self._key is None:
+            raise LadderError(f"{self.path} is keyed (its entries are HMACs) and {KEY_ENV} is not set",
+                              f"set {KEY_ENV} to the key the journal was created with")
         content_bytes = canonical_json(content)
         content_sha = sha256_bytes(content_bytes)
         with self._lock:
@@ -246,6 +292,7 @@ class Journal:
                 self._check_rules(kind, attempt, corrects)
                 created_at = time.time()
                 e_sha = entry_sha256(
+                    key=self._key if self._keyed else None,
                     seq=seq,
                     kind=kind,
                     author=author,
@@ -264,6 +311,12 @@ class Journal:
                 self._conn.execute("ROLLBACK")
                 raise
         return _row_to_entry(row)
+
+    def head(self) -> tuple[int, str] | None:
+        """(seq, entry hash) of the last entry; None for an empty journal."""
+        with self._lock:
+            row = self._conn.execute("SELECT seq, entry_sha256 FROM entries ORDER BY seq DESC LIMIT 1").fetchone()
+        return None if row is None else (int(row[0]), str(row[1]))
 
     def entries(self, kind: str | None = None, attempt: int | None = None) -> list[Entry]:
         """Entries in seq order; kind and attempt filter when given (None = any)."""
@@ -382,12 +435,15 @@ def _open_readonly(path: Path) -> sqlite3.Connection:
     return conn
 
 
-def verify_journal(path: Path, root: Path | None = None) -> VerifyResult:
+def verify_journal(path: Path, root: Path | None = None,
+                   anchors: list[tuple[int, str, str]] | None = None) -> VerifyResult:
     """Recompute every hash and link of the journal at path and check every referenced directory.
 
     Names the first entry that was edited, deleted or reordered, and every referenced file that
-    changed. Relative ref paths resolve against root. Opens the file read-only (SQLite may leave
-    empty -wal/-shm side files next to it); nothing in the journal is changed.
+    changed. Relative ref paths resolve against root. `anchors` are (seq, entry hash, where it was
+    recorded) from outside the journal (the attempts' commits): each must still be in the chain, so a
+    re-hashed or cut journal is caught. A keyed journal is checked with LADDER_JOURNAL_KEY. Opens the file
+    read-only (SQLite may leave empty -wal/-shm side files next to it); nothing in the journal is changed.
     """
     path = Path(path)
     if not path.is_file():
@@ -404,17 +460,36 @@ def verify_journal(path: Path, root: Path | None = None) -> VerifyResult:
                      for t in TRIGGERS if t not in tables]
         rows = conn.execute(f"SELECT {_COLUMNS} FROM entries ORDER BY seq").fetchall()
         high = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'entries'").fetchone()
+        keyed_row = conn.execute("SELECT value FROM meta WHERE key = 'keyed'").fetchone() if "meta" in tables else None
     finally:
         conn.close()
 
-    chain_problems, first_bad = _chain_problems(rows, None if high is None else high[0])
+    keyed = keyed_row is not None and keyed_row[0] == "1"
+    key = _key()
+    if keyed and key is None:
+        return VerifyResult(ok=False, entries=len(rows), first_bad_seq=None, problems=[
+            *problems, f"the journal is keyed (its entries are HMACs): set {KEY_ENV} to verify it"])
+    if key is not None and not keyed:
+        problems.append(f"{KEY_ENV} is set but the journal says it was written without a key: it may have been "
+                        "re-hashed (or it was started without the key)")
+    chain_problems, first_bad = _chain_problems(rows, None if high is None else high[0], key if keyed else None)
     problems += chain_problems
+    by_seq = {r[0]: r[8] for r in rows}
+    last = rows[-1][0] if rows else 0
+    for seq, sha, where in anchors or []:
+        if seq > last:
+            problems.append(f"the journal ends at entry {last}, but {where} recorded entry {seq}: entries were cut off")
+            first_bad = last + 1 if first_bad is None else min(first_bad, last + 1)
+        elif by_seq.get(seq) != sha:
+            problems.append(f"entry {seq} is not the one {where} recorded: the journal was rewritten")
+            first_bad = seq if first_bad is None else min(first_bad, seq)
     for row in rows:
         problems += _entry_ref_problems(row, root)
     return VerifyResult(ok=not problems, entries=len(rows), problems=problems, first_bad_seq=first_bad)
 
 
-def _chain_problems(rows: list[tuple[Any, ...]], high_seq: int | None) -> tuple[list[str], int | None]:
+def _chain_problems(rows: list[tuple[Any, ...]], high_seq: int | None,
+                    key: bytes | None = None) -> tuple[list[str], int | None]:
     """One problem at most per entry, in seq order, and the seq of the first bad entry."""
     stored_hash_to_seq = {r[8]: r[0] for r in rows}
     problems: list[str] = []
@@ -446,7 +521,7 @@ def _chain_problems(rows: list[tuple[Any, ...]], high_seq: int | None) -> tuple[
                 bad(seq, f"{name} was edited: prev link of the first entry is not the genesis hash")
         elif sha256_bytes(content.encode()) != c_sha:
             bad(seq, f"{name} was edited: content hash mismatch")
-        elif entry_sha256(seq=seq, kind=kind, author=author, created_at=created_at, attempt=attempt,
+        elif entry_sha256(key=key, seq=seq, kind=kind, author=author, created_at=created_at, attempt=attempt,
                           content_sha256=c_sha, prev_sha256=prev_sha, corrects=corrects, reason=reason) != e_sha:
             bad(seq, f"{name} was edited: header hash mismatch")
         elif not _is_json_object(content):

@@ -89,6 +89,13 @@ class Profile(_Model):
     price_per_hour: float = Field(ge=0)
     chips: int = Field(default=1, gt=0)
     workdir: Literal["copy", "inplace"] = "copy"
+    sandbox: Literal["auto", "bwrap", "none"] = Field(default="auto", description="bwrap: runs see only their "
+                                                      "own directory, their environment and the mounts; auto: bwrap "
+                                                      "when it works here, else none with a warning")
+    mounts: list[str] = Field(default_factory=list, description="directories a run may read (data): read-only in "
+                              "the sandbox, never copied; relative to ladder.toml")
+    copy_ignore: list[str] = Field(default_factory=list, description="glob patterns left out of each run's copy of "
+                                   "the source (big data that a mount provides)")
 
     @field_validator("platform")
     @classmethod
@@ -143,6 +150,10 @@ class Spec(_Model):
     def source_dir(self) -> Path:
         p = Path(self.source)
         return p if p.is_absolute() else (self.workspace / p).resolve()
+
+    def resolve_path(self, p: str) -> Path:
+        path = Path(p).expanduser()
+        return (path if path.is_absolute() else self.workspace / path).resolve()
 
     @property
     def baselines_dir(self) -> Path:

@@ -27,12 +27,12 @@ from ladder.migration.protocol import Protocol
 from ladder.runs.provenance import provenance
 from ladder.runs.records import RunRecord
 from ladder.runs.runner import RunRequest, get_runner
+from ladder.runs.runner.sandbox import resolve as resolve_sandbox
 from ladder.runs.runner.scrub import scrubbed_env
 from ladder.migration.spec import Profile, Spec, load_spec_protocol
 
 Progress = Callable[[str, dict], None]  # (event, data): "env", "start", "loss", "end"
-COPY_IGNORE = shutil.ignore_patterns(".git", "runs", "baselines", "journals", "__pycache__", "*.pyc",
-                                     ".ladder*", "ladder.toml")
+COPY_IGNORE_PATTERNS = (".git", "runs", "baselines", "journals", "__pycache__", "*.pyc", ".ladder*", "ladder.toml")
 
 
 @dataclass(frozen=True)
@@ -70,6 +70,37 @@ def new_run_dir(spec: Spec, profile: str, kind: str, seed: int, parent: Path | N
     return path
 
 
+def copy_source(source: Path, dst: Path, ignore: list[str], mounts: list[Path]) -> list[str]:
+    """Copy the code under test for one run. Symbolic links that stay inside the source stay valid in the
+    copy (relative, pointing into the copy); a link that leaves it is kept only when its target lies in a
+    directory the profile mounts (read-only in the sandbox); any other is refused: a run must not write
+    outside its copy through a link, nor depend on files the spec does not name."""
+    if dst.exists():
+        shutil.rmtree(dst)
+    shutil.copytree(source, dst, ignore=shutil.ignore_patterns(*COPY_IGNORE_PATTERNS, *ignore), symlinks=True)
+    src_root = source.resolve()
+    bad, notes = [], []
+    for link in [p for p in dst.rglob("*") if p.is_symlink()]:
+        rel = link.relative_to(dst)
+        original = source / rel
+        target = Path(os.readlink(link))
+        resolved = (original.parent / target).resolve() if not target.is_absolute() else target.resolve()
+        link.unlink()
+        if resolved == src_root or src_root in resolved.parents:
+            inside = dst / resolved.relative_to(src_root)
+            link.symlink_to(os.path.relpath(inside, link.parent))
+        elif any(resolved == m or m in resolved.parents for m in mounts):
+            link.symlink_to(resolved)
+            notes.append(f"{rel} -> {resolved} (a mounted directory, read-only)")
+        else:
+            bad.append(f"{rel} -> {target}")
+    if bad:
+        raise LadderError(f"the source has links that leave it: {', '.join(bad[:5])}",
+                          "add the directories they point to to the profile's `mounts` (read-only for the run), "
+                          "or copy the files into the repository")
+    return notes
+
+
 def _command(spec: Spec, profile: Profile, kind: str, seed: int, python: str, run_dir: Path) -> str:
     values = {**spec.experiment.vars, **profile.vars, "python": shlex.quote(python), "seed": str(seed),
               "steps": str(spec.steps(kind)), "run_dir": shlex.quote(str(run_dir))}
@@ -94,13 +125,21 @@ def execute_run(spec: Spec, profile_name: str, kind: str, seed: int = 0, source:
     if not source.is_dir():
         raise LadderError(f"source {source} is not a directory", "pass --source DIR of a checkout")
     env_info = profile_environment(profile, progress)
-    run_dir = run_dir or new_run_dir(spec, profile_name, kind, seed)
+    from ladder.migration.workspace import changes, protected_state
+
+    guarded = protected_state(spec)
+    sandbox, sandbox_warning = resolve_sandbox(profile.sandbox)
+    mounts = [spec.resolve_path(m) for m in profile.mounts]
+    missing = [str(m) for m in mounts if not m.exists()]
+    if missing:
+        raise LadderError(f"the profile mounts {', '.join(missing)}, which do not exist",
+                          "fix the profile's `mounts` (paths relative to ladder.toml, or absolute)")
+    run_dir = (run_dir or new_run_dir(spec, profile_name, kind, seed)).resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
+    link_notes: list[str] = []
     if profile.workdir == "copy":
         cwd = run_dir / "work"
-        if cwd.exists():
-            shutil.rmtree(cwd)
-        shutil.copytree(source, cwd, ignore=COPY_IGNORE, symlinks=True)
+        link_notes = copy_source(source, cwd, profile.copy_ignore, mounts)
     else:
         cwd = source
     command = _command(spec, profile, kind, seed, env_info.python, run_dir)
@@ -114,6 +153,13 @@ def execute_run(spec: Spec, profile_name: str, kind: str, seed: int = 0, source:
     env.update(probe_env(run_dir / "probe", spec.probe.model_dump()))
     env.update({"PYTHONUNBUFFERED": "1", "LADDER_RUN_DIR": str(run_dir), "LADDER_SEED": str(seed)})
     timeout = timeout_s if timeout_s is not None else timeout_for(spec, protocol, kind)
+    from ladder.runs.probe_report import PROBE_DIR
+    from ladder.runs.envs import cache_root
+    from ladder.runs.runner.sandbox import interpreter_paths
+
+    read_only = [*interpreter_paths(env_info.python), PROBE_DIR, cache_root() / "envs", *mounts]
+    read_only += [Path(p) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    writable = [run_dir] + ([cwd] if profile.workdir == "inplace" else [])
 
     parser = OutputParser(spec.parse)
     record = RunRecord(
@@ -122,7 +168,13 @@ def execute_run(spec: Spec, profile_name: str, kind: str, seed: int = 0, source:
         metric_name=spec.parse.metric_name, metric_direction=spec.parse.direction,
         provenance=provenance(source, env_info.python, []), price_per_hour=profile.price_per_hour,
         chips=profile.chips, notes=[f"scrubbed from the environment: {', '.join(removed)}"] if removed else [],
+        sandbox=sandbox,
     )
+    if sandbox_warning:
+        record.notes.append(sandbox_warning)
+        if progress:
+            progress("warning", {"message": sandbox_warning})
+    record.notes += [f"link kept: {n}" for n in link_notes]
     record.save(run_dir)  # a crash from here on still leaves a record with ended_at = None
     if progress:
         progress("start", {"run_dir": str(run_dir), "command": command, "timeout_s": timeout})
@@ -138,7 +190,8 @@ def execute_run(spec: Spec, profile_name: str, kind: str, seed: int = 0, source:
                               "steps": spec.steps(kind)})
 
     runner = get_runner(profile.runner)
-    outcome = runner.execute(RunRequest(argv=command, cwd=cwd, env=env, log_dir=run_dir, timeout_s=timeout),
+    outcome = runner.execute(RunRequest(argv=command, cwd=cwd, env=env, log_dir=run_dir, timeout_s=timeout,
+                                        sandbox=sandbox, read_only=tuple(read_only), writable=tuple(writable)),
                              on_line)
     freezer.join(timeout=120)
 
@@ -160,6 +213,9 @@ def execute_run(spec: Spec, profile_name: str, kind: str, seed: int = 0, source:
     record.log_files = outcome.log_files
     record.provenance.packages = packages
     record.probe = merge_reports(run_dir / "probe")
+    record.integrity = changes(guarded, protected_state(spec))
+    if parser.unreadable:
+        record.notes.append(f"{parser.unreadable} loss lines matched [parse].loss but their step or loss is not a number")
     if parser.repeated_steps:
         record.notes.append(f"{parser.repeated_steps} loss lines repeat or go back to an earlier step (first: step "
                             f"{parser.first_repeat}): the curve is read in the order printed; check [parse].loss")

@@ -22,8 +22,16 @@ MAX_LINE_CHARS = 2_000  # stored excerpt lines are cut to this
 def _num(text: str) -> float | None:
     try:
         return float(text)
-    except ValueError:
+    except (TypeError, ValueError):
         return None
+
+
+def _count(text: str | None) -> int | None:
+    """A step, batch or item count: a finite whole number; anything else (nan, inf, 1.5, junk) is None."""
+    v = _num(text or "")
+    if v is None or not math.isfinite(v) or v != int(v) or abs(v) > 2**62:
+        return None
+    return int(v)
 
 
 class OutputParser:
@@ -47,6 +55,7 @@ class OutputParser:
         self.last_step: int | None = None
         self.last_loss: float | None = None
         self.repeated_steps = 0  # loss lines whose step is not after the previous line's
+        self.unreadable = 0  # loss lines whose step or loss is not a number
         self.first_repeat: int | None = None
         self._by_epoch = "step" not in self.loss_rx.groupindex
         self._epochs: dict[int, int] = {}  # epoch -> steps before it (epoch/batch logs)
@@ -77,15 +86,13 @@ class OutputParser:
         """The global step: the `step` group, or epoch and batch (batches per epoch from the line, else from
         the largest batch index the previous epochs printed)."""
         if not self._by_epoch:
-            step = _num(m.group("step"))
-            return None if step is None else int(step)
-        epoch, batch = _num(m.group("epoch")), _num(m.group("batch"))
+            return _count(m.group("step"))
+        epoch, batch = _count(m.group("epoch")), _count(m.group("batch"))
         if epoch is None or batch is None:
             return None
-        epoch, batch = int(epoch), int(batch)
         if self._zero_based is None:
             self._zero_based = batch == 0
-        batches = _num(m.groupdict().get("batches") or "")
+        batches = _count(m.groupdict().get("batches"))
         if epoch not in self._epochs:
             earlier = [e for e in self._epochs if e < epoch]
             if earlier:
@@ -100,6 +107,7 @@ class OutputParser:
     def _loss(self, m: re.Match[str], t: float) -> None:
         step, loss = self._step_of(m), _num(m.group("loss"))
         if step is None or loss is None:
+            self.unreadable += 1
             return
         self.loss_lines += 1
         if self.last_step is not None and step <= self.last_step:
@@ -123,8 +131,7 @@ class OutputParser:
 
     def _eval(self, m: re.Match[str], t: float) -> None:
         groups = m.groupdict()
-        step = _num(groups.pop("step", "") or "")
-        items = _num(groups.pop("items", "") or "")
+        step = _count(groups.pop("step", None))
+        items = _count(groups.pop("items", None))
         values = {k: v for k, raw in groups.items() if raw is not None and (v := _num(raw)) is not None}
-        self.evals.append(EvalPoint(t=round(t, 4), step=None if step is None else int(step),
-                                    items=None if items is None else int(items), values=values))
+        self.evals.append(EvalPoint(t=round(t, 4), step=step, items=items, values=values))

@@ -28,6 +28,8 @@ class LossPoint(BaseModel):
 
 
 class EvalPoint(BaseModel):
+    model_config = ConfigDict(ser_json_inf_nan="strings")  # a NaN evaluation value is evidence, kept as "NaN"
+
     t: float
     step: int | None = None
     items: int | None = None
@@ -46,6 +48,8 @@ class Provenance(BaseModel):
 
 class RunRecord(BaseModel):
     """Everything ladder knows about one captured run. Stored as run.json in its run directory."""
+
+    model_config = ConfigDict(ser_json_inf_nan="strings")
 
     schema_version: int = RUN_SCHEMA
     run_id: str
@@ -78,6 +82,8 @@ class RunRecord(BaseModel):
     price_per_hour: float = 0.0
     chips: int = 1
     probe: dict[str, Any] | None = None  # merged probe reports (ladder.runs.probe_report)
+    sandbox: str = "none"  # "bwrap" when the run could see only its own directory, environment and mounts
+    integrity: list[str] = Field(default_factory=list)  # protected files that changed while the run ran
     notes: list[str] = Field(default_factory=list)
 
     @property

@@ -57,7 +57,7 @@ def supervise(spec_path: Path, agent: str, max_attempts: int = 10, seeds: int = 
     snapshot = graph.get_state(cfg)
     if snapshot.values:
         raise LadderError(f"migration {m.spec.name!r} was already started",
-                          "use `ladder resume` (or `ladder status`); delete journals/<name>/ to start over")
+                          "use `ladder resume` (or `ladder status`); `ladder reset` archives it to start over")
     state: State = {"spec_path": str(m.spec.path), "agent": agent, "max_attempts": max_attempts,
                     "seeds": seeds, "full_seeds": full_seeds}
     graph.invoke(state, cfg)
@@ -74,6 +74,9 @@ def resume(spec_path: Path, decision: str | None = None, raise_to: float | None 
     snap = graph.get_state(cfg)
     if not snap.values:
         raise LadderError(f"migration {m.spec.name!r} has not started", "run `ladder supervise` first")
+    killed = steps.kill_orphans(m)  # a dead ladder's runs must not hold the machine while we go on
+    if killed and progress:
+        progress("warning", {"message": "killed runs left by a ladder that died: " + "; ".join(killed)})
     agent_obj = agent_obj or _agent_for(snap.values.get("agent", ""), m)
     cfg = thread(m, progress=progress, agent_obj=agent_obj, auto_decision=_auto_decider(agent_obj))
     waiting = _interrupt_payload(snap)
@@ -120,3 +123,51 @@ def status(spec_path: Path, m: steps.Migration | None = None) -> SupervisorStatu
         next_nodes=list(snap.next or ()), waiting_for=_interrupt_payload(snap), attempt=vals.get("attempt"),
         attempts=attempts, report=str(report) if report.exists() else None,
     )
+
+
+def reset(spec_path: Path, keep_baseline: bool = False) -> dict[str, Any]:
+    """Start over: archive the journal (and, unless kept, the baselines) under `.archive/`, remove the
+    attempts' worktrees and branches. Nothing is deleted that is evidence: archives keep every run."""
+    import shutil
+    import time as _time
+
+    import git
+
+    from ladder.migration.spec import load_spec
+    from ladder.supervisor import git_ops
+
+    spec = load_spec(spec_path)
+    stamp = _time.strftime("%Y%m%d-%H%M%S")
+    out: dict[str, Any] = {"archived": [], "worktrees_removed": [], "branches_deleted": []}
+    try:
+        repo = git.Repo(spec.source_dir)
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        repo = None
+    if repo is not None:
+        for block in repo.git.worktree("list", "--porcelain").split("\n\n"):
+            lines = dict(line.split(" ", 1) for line in block.splitlines() if " " in line)
+            if lines.get("branch", "").startswith("refs/heads/ladder/attempt-"):
+                repo.git.worktree("remove", "--force", lines["worktree"])
+                out["worktrees_removed"].append(lines["worktree"])
+        repo.git.worktree("prune")
+        for head in list(repo.heads):
+            if head.name.startswith("ladder/attempt-"):
+                if repo.head.is_detached is False and repo.active_branch.name == head.name:
+                    raise LadderError(f"the source checkout is on {head.name}", "check out your own branch first")
+                repo.git.branch("-D", head.name)
+                out["branches_deleted"].append(head.name)
+        for tag in list(repo.tags):
+            if tag.name == f"{git_ops.HEAD_TAG}/{spec.name}":  # keep the archived journal's anchor, renamed
+                repo.git.tag(f"{tag.name}-archived-{stamp}", tag.name)
+                repo.git.tag("-d", tag.name)
+    moves = [spec.journal_dir] + ([] if keep_baseline else [spec.baselines_dir])
+    for src in moves:
+        if src.exists():
+            dst = src.parent / ".archive" / f"{src.name}-{stamp}"
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(str(src), str(dst))
+            out["archived"].append(str(dst))
+    wt_root = git_ops.worktree_path(spec.workspace, 0).parent
+    if wt_root.exists():
+        shutil.rmtree(wt_root, ignore_errors=True)
+    return out

@@ -81,10 +81,10 @@ def node_agent(state: State, config: RunnableConfig) -> dict[str, Any]:
     planned = getattr(agent, "attempts", None)
     if planned is not None and n > planned() and steps.attempt_entry(m, n) is None:
         return {"finished": f"the scripted agent has no attempt {n} (it recorded {planned()})"}
-    out = steps.run_agent_step(m, n, state["parent"], agent, _baseline(m))
-    if out["status"] != "ok":
-        why = out.get("error") or f"the change touched protected paths: {out.get('protected')}"
-        steps.record_rejected_attempt(m, n, out["status"], why)
+    steps.run_agent_step(m, n, state["parent"], agent, _baseline(m))
+    rejected = steps.rejection(m, n)
+    if rejected is not None:
+        steps.record_rejected_attempt(m, n, *rejected)
     return {}
 
 
@@ -104,7 +104,8 @@ def _human_step(m: Migration, n: int, parent: int) -> dict[str, Any]:
     if decl is None:
         raise LadderError(f"attempt {n} has no declared level", f"run `ladder declare LEVEL --attempt {n} -m WHY` first")
     if git_ops.uncommitted(wt):
-        git_ops.commit_attempt(wt, n, decl.content.get("level"), "human change (committed by ladder)")
+        git_ops.commit_attempt(wt, n, decl.content.get("level"), "human change (committed by ladder)",
+                               journal_head=m.journal.head())
     import git
 
     sha = git.Repo(wt).head.commit.hexsha
@@ -121,7 +122,11 @@ def _human_step(m: Migration, n: int, parent: int) -> dict[str, Any]:
 def node_short_run(state: State, config: RunnableConfig) -> dict[str, Any]:
     m = _migration(state, config)
     n = state["attempt"]
-    if m.journal.last("attempt_result", attempt=n) is None:  # rejected attempts have no run
+    rejected = steps.rejection(m, n)
+    if rejected is not None:  # never run, whatever was recorded before a kill
+        steps.record_rejected_attempt(m, n, *rejected)
+        return {}
+    if m.journal.last("attempt_result", attempt=n) is None:
         steps.ensure_run(m, n, "short", _cfg(config).get("progress"))
     return {}
 
@@ -129,7 +134,7 @@ def node_short_run(state: State, config: RunnableConfig) -> dict[str, Any]:
 def node_checks(state: State, config: RunnableConfig) -> dict[str, Any]:
     m = _migration(state, config)
     n = state["attempt"]
-    if not steps._run_entries(m, n, "short"):
+    if steps.rejection(m, n) is not None or not steps._run_entries(m, n, "short"):
         return {}
     out = steps.ensure_checks(m, n, "short", _baseline(m), _cfg(config).get("progress"))
     return {"best": n} if steps.reaches(out["achieved"], "L2") else {}
@@ -243,6 +248,9 @@ def node_report(state: State, config: RunnableConfig) -> dict[str, Any]:
         je.append_stop(m.journal, reason=state.get("finished") or "ended", final_level=best)
     from ladder.supervisor.rules import write_report
 
+    head = m.journal.head()
+    if head is not None:  # the tail's anchor: the journal's last entry, outside the journal
+        git_ops.anchor_tag(git_ops.open_repo(m.spec.source_dir), m.spec.name, head)
     write_report(m)
     return {}
 

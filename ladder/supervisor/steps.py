@@ -130,8 +130,15 @@ def last_notes(m: Migration, n: int) -> list[dict[str, Any]]:
     return [e.content for e in m.journal.entries("failure_note", attempt=n)]
 
 
-def _integrity_snapshot(m: Migration, baseline: Baseline) -> tuple[list[str], bool]:
-    return verify_manifest(baseline.root), verify_journal(m.journal.path).ok
+def _integrity_snapshot(m: Migration, baseline: Baseline) -> dict[str, str]:
+    """What an agent step must leave as it was: the protected files and the journal head (hashes), and
+    whether the pinned baseline and the journal still verify."""
+    from ladder.migration.workspace import protected_state
+
+    state = protected_state(m.spec)
+    state["baseline verifies"] = str(not verify_manifest(baseline.root))
+    state["journal verifies"] = str(verify_journal(m.journal.path).ok)
+    return state
 
 
 def run_agent_step(m: Migration, n: int, parent: int, agent: Agent, baseline: Baseline,
@@ -142,14 +149,17 @@ def run_agent_step(m: Migration, n: int, parent: int, agent: Agent, baseline: Ba
     means the step is done; a recorded attempt with no declaration reads the level from its commit.
     """
     if declaration(m, n) is not None:
-        return {"status": "ok", "reused": True}
+        why = rejection(m, n)
+        return {"status": why[0], "error": why[1], "reused": True} if why else {"status": "ok", "reused": True}
     repo = git_ops.open_repo(m.spec.source_dir)
     found = attempt_entry(m, n)
     if found is not None:  # killed between the two entries: the commit carries the declaration
         level = git_ops.declared_in_commit(repo, found.content["commit"])
-        je.append(m.journal, je.DeclarationEntry(level=level, rationale=found.content.get("rationale", ""),
-                                                 recovered_from_commit=True), author="agent", attempt=n)
-        return {"status": "ok", "recovered": True}
+        why = rejection(m, n)
+        je.append(m.journal, je.DeclarationEntry(level=None if why else level, rationale=found.content.get("rationale", ""),
+                                                 recovered_from_commit=True, agent_status=why[0] if why else "ok"),
+                  author="agent", attempt=n)
+        return {"status": why[0], "error": why[1], "recovered": True} if why else {"status": "ok", "recovered": True}
     parent_entry = attempt_entry(m, parent)
     base = parent_entry.content["commit"] if parent_entry else repo.head.commit.hexsha
     wt = git_ops.fresh_worktree(repo, m.workspace, n, base)
@@ -170,10 +180,13 @@ def run_agent_step(m: Migration, n: int, parent: int, agent: Agent, baseline: Ba
     before = _integrity_snapshot(m, baseline)
     result = result_override or agent.make_change(ctx)
     after = _integrity_snapshot(m, baseline)
-    sha, stat = git_ops.commit_attempt(wt, n, result.declared_level, result.summary or "(no summary)")
+    sha, stat = git_ops.commit_attempt(wt, n, result.declared_level, result.summary or "(no summary)",
+                                       journal_head=m.journal.head())
     touched = git_ops.protected_changes(git_ops.changed_paths(repo, base, sha))
     if after != before:
-        touched.append("the workspace's baseline or journal changed while the agent worked")
+        from ladder.migration.workspace import changes
+
+        touched.append("integrity: changed while the agent worked: " + "; ".join(changes(before, after)[:5]))
     status = "agent_error" if result.error else "protected" if touched else "ok"
     attempt = je.AttemptEntry(
         number=n, parent=parent, branch=git_ops.branch_name(n), commit=sha, diff_stat=stat,
@@ -243,6 +256,38 @@ def update_pull_request(m: Migration, n: int) -> None:
     body = render_pr_body(_pr_view(entry.content, decl.content.get("level") if decl else None, achieved),
                           check.content["checks"] if check else None, last_notes(m, n))
     prs.update(number, body, labels=[f"ladder:{achieved or 'none'}"])
+
+
+def rejection(m: Migration, n: int) -> tuple[str, str] | None:
+    """(status, why) when attempt n was rejected before any run, read from its attempt entry: the one source
+    of truth, so a supervisor killed between the declaration and the rejection still never runs it."""
+    e = attempt_entry(m, n)
+    if e is None:
+        return None
+    c = e.content
+    if c.get("agent_error"):
+        return "agent_error", str(c["agent_error"])
+    if c.get("protected_changes"):
+        return "protected", f"the change touched protected paths: {c['protected_changes']}"
+    return None
+
+
+def kill_orphans(m: Migration) -> list[str]:
+    """Runs a dead ladder left behind (a run directory without an end): kill what their pids.json lists."""
+    from ladder.runs.runner.tree import kill_recorded
+
+    killed = []
+    for d in sorted(attempt_runs_dir(m).glob("attempt-*")) + sorted(m.spec.baselines_dir.glob(".*partial/*")):
+        rec = d / "run.json"
+        try:
+            ended = RunRecord.load(d).ended_at is not None if rec.exists() else False
+        except LadderError:
+            ended = False
+        if not ended:
+            pids = kill_recorded(d)
+            if pids:
+                killed.append(f"{m.rel(d)}: {len(pids)} process(es)")
+    return killed
 
 
 def record_rejected_attempt(m: Migration, n: int, status: str, why: str) -> dict[str, Any]:

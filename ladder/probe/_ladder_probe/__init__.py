@@ -366,6 +366,14 @@ def _on_mp_util(util) -> None:
     util.register_after_fork(_anchor, lambda _obj: util.Finalize(None, _write_report, exitpriority=-1000))
 
 
+def configure(**options) -> None:
+    """Replace the options and start the report anew: for tests and benchmarks that call the probe's hooks
+    directly in one process (a run gets its options from LADDER_PROBE_OPTS at start-up)."""
+    opts.clear()
+    opts.update(options)
+    _reset()
+
+
 def _read_options() -> dict:
     raw = os.environ.get("LADDER_PROBE_OPTS")
     if not raw:

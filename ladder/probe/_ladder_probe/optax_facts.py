@@ -15,7 +15,6 @@ Nothing is added to a step that jax_facts does not trace: an eager update record
 from __future__ import annotations
 
 import functools
-import inspect
 import sys
 import threading
 
@@ -40,6 +39,8 @@ def reset() -> None:
 
 
 def on_optax(optax) -> None:
+    import inspect
+
     core.framework("optax", str(getattr(optax, "__version__", "?")))
     gt = getattr(optax, "GradientTransformation", None)
     if gt is None:
@@ -58,6 +59,8 @@ HOOKS = {"optax": on_optax}
 
 
 def _wrap_ctor(name: str, fn):
+    import inspect
+
     try:
         sig = inspect.signature(fn)
     except (TypeError, ValueError):

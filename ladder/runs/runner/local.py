@@ -1,9 +1,10 @@
-"""Run a command on this machine in its own process group, capturing output with timestamps.
+"""Run a command on this machine, sandboxed when asked, capturing output with timestamps.
 
-Each stream is read in its own thread with a bounded `readline`, so neither a line with no newline
-nor a multi-GB log grows memory; lines are written to `<stream>.log` prefixed with seconds since
-start, and handed to the sink. On timeout the whole group gets SIGTERM, then SIGKILL after a grace
-period, so children and grandchildren die with the run.
+Each stream is read in its own thread with a bounded `readline`, so neither a line with no newline nor a
+multi-GB log grows memory; lines are written to `<stream>.log` prefixed with seconds since start, and
+handed to the sink. The run gets its own process group and session, dies with ladder (the parent-death
+signal, and under bubblewrap its PID namespace), and its whole tree (ladder.runs.runner.tree) is killed on
+timeout, on cancellation and at the end, so no descendant outlives the run.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ import threading
 import time
 from typing import BinaryIO
 
-from ladder.runs.runner import LineSink, RunOutcome, RunRequest
+from ladder.runs.runner import LineSink, RunOutcome, RunRequest, command_argv
+from ladder.runs.runner.sandbox import Sandbox, bwrap_argv
+from ladder.runs.runner.tree import PIDS_FILE, ProcessTree, become_subreaper
 
 READ_LIMIT = 64 * 1024  # bytes per read line; longer lines arrive in pieces
 PR_SET_PDEATHSIG = 1
@@ -31,40 +34,22 @@ def _die_with_parent() -> None:
         pass
 
 
-def _kill_group(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-        return True
-    except (ProcessLookupError, PermissionError):
-        return False
-
-
 class LocalRunner:
     name = "local"
 
     def execute(self, request: RunRequest, on_line: LineSink) -> RunOutcome:
         request.log_dir.mkdir(parents=True, exist_ok=True)
         logs = {"stdout": "stdout.log", "stderr": "stderr.log"}
+        argv = command_argv(request.argv) if isinstance(request.argv, str) else list(request.argv)
+        env = dict(request.env)
+        if request.sandbox == "bwrap":
+            box = Sandbox("bwrap", tuple(request.read_only), tuple(request.writable))
+            argv = bwrap_argv(box, request.cwd, env) + argv
+        become_subreaper()
         t0 = time.time()
-        proc = subprocess.Popen(
-            request.argv,
-            shell=isinstance(request.argv, str),
-            cwd=request.cwd,
-            env=request.env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-            preexec_fn=_die_with_parent,
-        )
-        pgid = proc.pid
+        proc = subprocess.Popen(argv, cwd=request.cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, start_new_session=True, preexec_fn=_die_with_parent)
+        tree = ProcessTree(proc.pid, record=request.log_dir / PIDS_FILE)
         lock = threading.Lock()
 
         def pump(stream: str, pipe: BinaryIO) -> None:
@@ -90,31 +75,18 @@ class LocalRunner:
             proc.wait(timeout=request.timeout_s)
         except subprocess.TimeoutExpired:
             timed_out = True
-            _kill_group(pgid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=request.grace_s)
-            except subprocess.TimeoutExpired:
-                pass
-            _kill_group(pgid, signal.SIGKILL)
+            tree.kill(request.grace_s)
             proc.wait()
         finally:
-            if proc.poll() is None:  # interrupted (Ctrl-C): take the run down with us
-                _kill_group(pgid, signal.SIGKILL)
+            if proc.poll() is None:  # interrupted (Ctrl-C, SIGTERM): take the run down with us
+                tree.kill(0.5)
                 proc.wait()
         ended = time.time()
-        # Children that outlive the main process would hold the pipes open forever.
-        for th in threads:
-            th.join(timeout=request.grace_s if not timed_out else 1.0)
-        if _group_alive(pgid):
-            _kill_group(pgid, signal.SIGKILL)
+        # Descendants that outlive the main process would hold the pipes open and the accelerator busy.
+        tree.kill(1.0 if tree.alive() else 0.0)
+        tree.stop()
         for th in threads:
             th.join(timeout=5.0)
         rc = proc.returncode
-        return RunOutcome(
-            exit_code=rc,
-            started_at=t0,
-            ended_at=ended,
-            timed_out=timed_out,
-            killed_by_signal=-rc if rc is not None and rc < 0 else None,
-            log_files=logs,
-        )
+        return RunOutcome(exit_code=rc, started_at=t0, ended_at=ended, timed_out=timed_out,
+                          killed_by_signal=-rc if rc is not None and rc < 0 else None, log_files=logs, pid=proc.pid)
