@@ -55,7 +55,7 @@ def make_workspace(dst: Path, baselines: Path | None = None, overrides: str = ""
 @pytest.fixture(scope="session")
 def baselines(tmp_path_factory) -> Path:
     ws = make_workspace(tmp_path_factory.mktemp("baseline") / "ws")
-    p = ladder_cli("baseline", "--seeds", "1", "--full-seeds", "1", cwd=ws, env=GIT_ID)
+    p = ladder_cli("baseline", "--seeds", "3", "--full-seeds", "1", cwd=ws, env=GIT_ID)
     assert p.returncode == 0, p.stderr
     return ws / "baselines"
 
@@ -74,9 +74,13 @@ def status(ws: Path) -> dict:
 
 
 def by_attempt(j: Journal, kind: str) -> dict[int, list[dict]]:
+    """Entries of a kind per attempt; for attempt results, the last judgement of each run kind (an undecided
+    run is judged again once seeds were added)."""
     out: dict[int, list[dict]] = {}
     for e in j.entries(kind):
         out.setdefault(e.attempt, []).append(e.content)
+    if kind == "attempt_result":
+        out = {n: list({c["kind"]: c for c in cs}.values()) for n, cs in out.items()}
     return out
 
 
@@ -99,7 +103,7 @@ def notes_of(j: Journal, n: int) -> dict[str, dict]:
 
 def test_scripted_migration_crash_recompile_then_faithful_reaches_l3(tmp_path) -> None:
     ws = make_workspace(tmp_path / "ws")  # no stored baseline: the supervisor builds it
-    st = cli_json("supervise", "--agent", "scripted:migrations/e2e.toml", "--seeds", "1", cwd=ws, env=GIT_ID)
+    st = cli_json("supervise", "--agent", "scripted:migrations/e2e.toml", "--seeds", "3", cwd=ws, env=GIT_ID)
     assert st["finished"] and st["waiting_for"] is None, st
     assert st["finished_reason"].startswith("attempt 2 reached L"), st["finished_reason"]
     assert [a["attempt"] for a in st["attempts"]] == [0, 1, 2]
@@ -120,7 +124,7 @@ def test_scripted_migration_crash_recompile_then_faithful_reaches_l3(tmp_path) -
     assert all(checks1[n]["status"] == "passed" for n in ("loss_window", "metric", "trend")), checks1
     rc = checks1["recompilation"]
     assert rc["status"] == "failed"
-    assert "torch.compile recompiled" in rc["evidence"] and "scaled" in rc["evidence"] and "phase" in rc["evidence"]
+    assert "kept appearing" in rc["evidence"] and "scaled" in rc["evidence"] and "phase" in rc["evidence"]
     note = notes_of(j, 1)["L2/recompilation"]
     assert note["silent"] is True and note["level"] == "L2"
     assert set(notes_of(j, 1)) == {"L2/recompilation"}
@@ -195,10 +199,12 @@ def _logged_steps(path: Path) -> int:
 
 def test_sigkill_during_agent_step_and_during_run_then_resume_finishes(tmp_path, baselines) -> None:
     ws = make_workspace(tmp_path / "ws", baselines)
-    wt = ws / ".ladder" / "worktrees" / "attempt-1"
+    from ladder.supervisor.git_ops import worktree_path
+
+    wt = worktree_path(ws, 1)  # outside the workspace, in ladder's cache
 
     # (b) killed while the agent works (the scripted attempt sleeps 8 s after editing).
-    sup = _popen(ws, "supervise", "--agent", "scripted:migrations/kill.toml", "--seeds", "1", log="supervise")
+    sup = _popen(ws, "supervise", "--agent", "scripted:migrations/kill.toml", "--seeds", "3", log="supervise")
     _wait_for(lambda: (wt / "train.py").exists() and "time.sleep(0.02)" in (wt / "train.py").read_text(),
               sup, "the agent edited attempt 1's worktree")
     j = journal(ws)
@@ -257,7 +263,7 @@ def _paused(ws: Path, rule: str, attempt: int) -> dict:
 
 def test_no_l0_pauses_raise_limit_goes_on_then_stop_ends(tmp_path, baselines) -> None:
     ws = make_workspace(tmp_path / "ws", baselines, "[protocol_overrides.limits]\nmax_attempts_without_l0 = 2\n")
-    cli_json("supervise", "--agent", "scripted:migrations/no_l0.toml", "--seeds", "1", cwd=ws, env=GIT_ID)
+    cli_json("supervise", "--agent", "scripted:migrations/no_l0.toml", "--seeds", "3", cwd=ws, env=GIT_ID)
     w = _paused(ws, "no_l0", 1)
     assert "no L0 after 2 attempts (limit 2)" in w["reason"] and w["limit_key"] == "max_attempts_without_l0"
     p = ladder_cli("resume", cwd=ws, env=GIT_ID)  # a pause needs a decision
@@ -273,7 +279,7 @@ def test_no_l0_pauses_raise_limit_goes_on_then_stop_ends(tmp_path, baselines) ->
     decisions = [(e.attempt, e.content["rule"], e.content["decision"], e.content["raise_to"]) for e in j.entries("decision")]
     assert decisions == [(1, "no_l0", "raise-limit", 4.0), (3, "no_l0", "stop", None)]
     assert j.entries("decision")[0].content["note"] == "two more tries"
-    assert [e.content["achieved_level"] for e in j.entries("attempt_result")] == [None] * 4
+    assert [c["achieved_level"] for cs in by_attempt(j, "attempt_result").values() for c in cs] == [None] * 4
     stop = j.last("stop")
     assert stop is not None and stop.content["final_level"] is None
     assert not any(e.content["kind"] == "full" for e in j.entries("run"))
@@ -283,7 +289,7 @@ def test_no_l0_pauses_raise_limit_goes_on_then_stop_ends(tmp_path, baselines) ->
 
 def test_short_divergence_pauses_continue_goes_on_accept_takes_full_run(tmp_path, baselines) -> None:
     ws = make_workspace(tmp_path / "ws", baselines)
-    cli_json("supervise", "--agent", "scripted:migrations/divergence.toml", "--seeds", "1", cwd=ws, env=GIT_ID)
+    cli_json("supervise", "--agent", "scripted:migrations/divergence.toml", "--seeds", "3", cwd=ws, env=GIT_ID)
     # Attempt 0 crashed without pausing (a crash is no divergence); attempt 1's loss departs.
     w = _paused(ws, "short_divergence", 1)
     assert "loss_window" in w["reason"] and w["evidence"]["loss_window"]["status"] == "failed"
@@ -312,7 +318,7 @@ def test_short_divergence_pauses_continue_goes_on_accept_takes_full_run(tmp_path
 
 def test_full_run_estimate_pauses_before_the_full_run_and_stop_ends(tmp_path, baselines) -> None:
     ws = make_workspace(tmp_path / "ws", baselines, "[protocol_overrides.limits]\nmax_full_run_hours = 0.000001\n")
-    cli_json("supervise", "--agent", "scripted:migrations/faithful.toml", "--seeds", "1", cwd=ws, env=GIT_ID)
+    cli_json("supervise", "--agent", "scripted:migrations/faithful.toml", "--seeds", "3", cwd=ws, env=GIT_ID)
     w = _paused(ws, "full_run_estimate", 1)
     assert "full run estimated at" in w["reason"] and w["evidence"]["estimate_hours"] > 0.000001
     j = journal(ws)
@@ -330,7 +336,7 @@ def test_full_run_estimate_pauses_before_the_full_run_and_stop_ends(tmp_path, ba
 
 def test_change_to_protected_paths_is_rejected_without_a_run(tmp_path, baselines) -> None:
     ws = make_workspace(tmp_path / "ws", baselines)
-    st = cli_json("supervise", "--agent", "scripted:migrations/protected.toml", "--seeds", "1", cwd=ws, env=GIT_ID)
+    st = cli_json("supervise", "--agent", "scripted:migrations/protected.toml", "--seeds", "3", cwd=ws, env=GIT_ID)
     assert st["finished"], st
     j = journal(ws)
     a1 = j.last("attempt", attempt=1).content

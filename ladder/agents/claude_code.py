@@ -8,7 +8,11 @@ result or a crashed CLI is a failed attempt (AgentResult.error). Only a missing 
 which no attempt can fix, raises a LadderError.
 
 It does not commit, run checks or read the journal; the supervisor does. The agent's API key is
-the CLI's business (its environment); nothing here writes it into the prompt or the worktree.
+the CLI's business (its environment); nothing here writes it into the prompt or the worktree. Without an
+injected transport, the CLI is started through ladder.agents.launch: a scrubbed environment (no
+GITHUB_TOKEN, no cloud keys, no LADDER_JOURNAL_KEY), a private HOME and, where bubblewrap works, a
+sandbox in which the worktree is the only thing it can write. Claude Code keeps its own system prompt
+(the `claude_code` preset); ladder's protocol prompt is appended to it.
 """
 
 from __future__ import annotations
@@ -163,6 +167,16 @@ def result_to_agent_result(result: ResultMessage | None, last_text: str = "") ->
     return AgentResult(summary=decl.summary, declared_level=decl.declared_level, rationale=decl.rationale, **base)
 
 
+def _bundled_cli() -> Path:
+    import claude_agent_sdk
+
+    path = Path(claude_agent_sdk.__file__).parent / "_bundled" / "claude"
+    if not path.exists():
+        raise LadderError("the Claude Code CLI bundled with claude-agent-sdk was not found",
+                          "pip install claude-agent-sdk (it bundles the CLI), or pass cli_path")
+    return path
+
+
 class ClaudeCodeAgent:
     """Claude Code, one session per attempt. `transport` is the SDK's injection point (a Transport,
     or a factory given the session's options); without it the SDK starts the Claude Code CLI."""
@@ -178,6 +192,8 @@ class ClaudeCodeAgent:
         transport: TransportArg = None,
         env: dict[str, str] | None = None,
         cli_path: str | Path | None = None,
+        sandbox: str = "auto",
+        session_minutes: float | None = None,
     ) -> None:
         self.model = model
         self.max_turns = max_turns
@@ -185,13 +201,26 @@ class ClaudeCodeAgent:
         self.transport = transport
         self.env = dict(env or {})
         self.cli_path = cli_path
+        self.sandbox = sandbox
+        self.session_minutes = session_minutes
+
+    def launcher(self, ctx: AttemptContext) -> Path:
+        """The `cli_path` the SDK starts: the real CLI under ladder.agents.launch (scrubbed env, sandbox)."""
+        import tempfile
+
+        from ladder.agents.launch import agent_config, write_launcher
+
+        session = Path(tempfile.mkdtemp(prefix=f"ladder-agent-{ctx.attempt}-"))
+        return write_launcher(session, agent_config(ctx, str(self.cli_path or _bundled_cli()), self.sandbox, session))
 
     def options(self, ctx: AttemptContext) -> ClaudeAgentOptions:
         """The session's options. Note the SDK applies CLI flags only when it starts the CLI itself."""
         worktree = Path(ctx.worktree)
         return ClaudeAgentOptions(
             cwd=worktree,
-            system_prompt=ctx.protocol_prompt or build_system_prompt(ctx),
+            # Claude Code's own system prompt (its tools, its safety), with the protocol's appended
+            system_prompt={"type": "preset", "preset": "claude_code",
+                           "append": ctx.protocol_prompt or build_system_prompt(ctx)},
             tools=list(AGENT_TOOLS),  # the only tools that exist in the session ...
             allowed_tools=list(AGENT_TOOLS),  # ... and all of them run without asking
             permission_mode="dontAsk",  # nobody is there to answer a prompt: deny what is not allowed
@@ -203,10 +232,20 @@ class ClaudeCodeAgent:
             model=self.model,
             output_format={"type": "json_schema", "schema": DECLARATION_SCHEMA},
             env=self.env,
-            cli_path=self.cli_path,
+            cli_path=self.cli_path if self.transport is not None else self.launcher(ctx),
         )
 
     async def amake_change(self, ctx: AttemptContext) -> AgentResult:
+        minutes = self.session_minutes or ctx.session_minutes
+        if minutes:
+            with anyio.move_on_after(minutes * 60) as scope:
+                result = await self._session(ctx)
+            if scope.cancelled_caught:
+                return AgentResult(error=f"the Claude Code session ran past its wall-clock limit ({minutes:g} min)")
+            return result
+        return await self._session(ctx)
+
+    async def _session(self, ctx: AttemptContext) -> AgentResult:
         options = self.options(ctx)
         transport = self.transport(options) if callable(self.transport) and not isinstance(
             self.transport, Transport) else self.transport

@@ -13,6 +13,9 @@ File format:
     files = { "train.py" = "attempts/1/train.py" }   # replace files (source relative to this TOML)
     patch = '''unified diff applied with `git apply`'''  # optional
     delete = ["old.py"]                   # optional
+    commands = ["sh -c 'make data'"]      # optional: run in the worktree, exactly as the claude-code agent's Bash
+                                          # tool runs (scrubbed environment, private HOME, the agent's sandbox);
+                                          # their output is kept in the attempt's summary of commands
 
 Each attempt really changes files in the worktree; ladder commits the change.
 """
@@ -43,6 +46,7 @@ class ScriptedAttempt(BaseModel):
     files: dict[str, str] = Field(default_factory=dict)
     patch: str | None = None
     delete: list[str] = Field(default_factory=list)
+    commands: list[str] = Field(default_factory=list)
 
 
 class Script(BaseModel):
@@ -66,9 +70,11 @@ def load_script(path: Path) -> Script:
 class ScriptedAgent:
     name = "scripted"
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, sandbox: str = "auto") -> None:
         self.path = path
         self.script = load_script(path)
+        self.sandbox = sandbox
+        self.outputs: list[tuple[str, int, str]] = []  # (command, exit code, output) of the last attempt
 
     def attempts(self) -> int:
         return len(self.script.attempt)
@@ -95,9 +101,22 @@ class ScriptedAgent:
                                cwd=ctx.worktree, capture_output=True)
             if p.returncode != 0:
                 return AgentResult(error=f"scripted patch did not apply: {p.stderr.strip()}")
+        self.outputs = [self._run(ctx, cmd) for cmd in a.commands]
         if a.delay_s:
             time.sleep(a.delay_s)
         return AgentResult(summary=a.summary, declared_level=a.declared_level, rationale=a.rationale)
+
+    def _run(self, ctx: AttemptContext, command: str) -> tuple[str, int, str]:
+        import shlex
+        import tempfile
+
+        from ladder.agents.launch import agent_config, sandboxed_command
+
+        session = Path(tempfile.mkdtemp(prefix=f"ladder-scripted-{ctx.attempt}-"))
+        cfg = agent_config(ctx, "/bin/sh", self.sandbox, session)
+        argv, env = sandboxed_command(cfg, shlex.split(command))
+        p = subprocess.run(argv, cwd=ctx.worktree, env=env, capture_output=True, text=True, timeout=300)
+        return command, p.returncode, (p.stdout + p.stderr)[-4000:]
 
     def as_dict(self) -> dict[str, Any]:
         return self.script.model_dump()

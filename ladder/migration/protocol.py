@@ -83,6 +83,13 @@ class L4Rules(_Section):
     max_cost_ratio: float
 
 
+class AgentRules(_Section):
+    session_minutes: float
+    max_turns: int
+    max_budget_usd: float
+    sandbox: Literal["auto", "bwrap", "none"]
+
+
 class Limits(_Section):
     max_attempts_without_l0: int
     max_hours_without_l0: float
@@ -100,6 +107,7 @@ class Protocol(_Section):
     l3: L3Rules
     l4: L4Rules
     limits: Limits
+    agent: AgentRules
     source_path: str = ""  # where it was loaded from (provenance, not a threshold)
 
 

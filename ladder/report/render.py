@@ -18,6 +18,11 @@ from ladder.report.build import ReportData
 from ladder.report.plots import attempt_color, loss_curves_png, metric_png
 from ladder.checks.stats import grad_norm_series
 
+
+def _judged_grad_norm(run):  # -> (steps, values) | None: the series the curve check judges
+    s = grad_norm_series(run, True) or grad_norm_series(run)
+    return None if s is None else (s[0], s[1])
+
 STATUS_MARK = {"passed": "pass", "failed": "FAIL", "not_checked": "not checked", "undecided": "undecided"}
 
 CSS = """
@@ -92,8 +97,9 @@ def figures(d: ReportData) -> list[tuple[str, bytes]]:
                          loss_curves_png(base, per_attempt, f"loss, {kind} runs: every attempt over the baseline")))
         if kind == "short" and any(grad_norm_series(r) is not None for r in base + [r for p in per_attempt for r in p[2]]):
             figs.append(("gradient norms, short runs",
-                         loss_curves_png(base, per_attempt, "norm of the gradient the optimizer receives, short runs",
-                                         series=grad_norm_series, ylabel="gradient norm")))
+                         loss_curves_png(base, per_attempt, "scale-free gradient norm ||g|| x ||theta|| (what the curve "
+                                         "check judges), short runs", series=_judged_grad_norm,
+                                         ylabel="||g|| x ||theta||")))
     metrics = [(a.number, i, [d.runs[r.run_dir].metric for r in a.runs
                               if r.run_dir in d.runs and d.runs[r.run_dir].kind == "short"
                               and d.runs[r.run_dir].metric is not None])

@@ -44,7 +44,7 @@ def _agent_for(agent_spec: str, m: steps.Migration) -> Agent | None:
     if agent_spec.startswith("scripted:"):
         from ladder.agents import make_agent
 
-        return make_agent(agent_spec, m.workspace)
+        return make_agent(agent_spec, m.workspace, m.protocol)
     return None
 
 

@@ -53,7 +53,7 @@ def _migration(state: State, config: RunnableConfig) -> Migration:
 
 
 def _agent(state: State, config: RunnableConfig, m: Migration) -> Agent:
-    return _cfg(config).get("agent_obj") or make_agent(state["agent"], m.workspace)
+    return _cfg(config).get("agent_obj") or make_agent(state["agent"], m.workspace, m.protocol)
 
 
 def _baseline(m: Migration) -> Baseline:

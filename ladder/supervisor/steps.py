@@ -126,6 +126,53 @@ def journal_summary(m: Migration) -> str:
     return "\n".join(lines) or "no attempts yet"
 
 
+_COMPARES = ("L1", "L3")  # levels whose evidence holds the baseline's numbers
+
+
+def agent_feedback(m: Migration, n: int) -> tuple[list[dict[str, Any]], Path | None]:
+    """What the agent may know of attempt n: every check's name and status; for L0, L2 and L4 the evidence
+    (facts of the run itself); for L1 and L3 only which quantity differs from the reference (its numbers,
+    bands and the hidden target stay with ladder); and a directory with the run's own stdout and stderr."""
+    from ladder.runs.envs import cache_root
+
+    check = check_entry(m, n, "full") or check_entry(m, n, "short")
+    items: list[dict[str, Any]] = []
+    rejected = rejection(m, n)
+    if rejected is not None:
+        items.append({"check": f"agent/{rejected[0]}", "status": "failed", "about": rejected[1]})
+    if check is None:
+        return items, None
+    for c in check.content["checks"]:
+        if c["status"] in ("passed", "not_applicable"):
+            items.append({"check": f"{c['level']}/{c['name']}", "status": c["status"]})
+            continue
+        about = (f"differs from the reference beyond its seeds' noise ({c['name'].replace('_', ' ')}); the "
+                 "reference's numbers are not shown to the agent" if c["level"] in _COMPARES and c["status"] == "failed"
+                 else c.get("evidence", "")[:600])
+        items.append({"check": f"{c['level']}/{c['name']}", "status": c["status"], "about": about})
+    run_dir = m.workspace / check.content["run_dir"] if check.content.get("run_dir") else None
+    out = cache_root() / "feedback" / m.spec.name / f"attempt-{n}"
+    if run_dir is not None and run_dir.is_dir():
+        out.mkdir(parents=True, exist_ok=True)
+        for name in ("stdout.log", "stderr.log"):
+            if (run_dir / name).is_file():
+                shutil.copy2(run_dir / name, out / name)
+    return items, (out if out.is_dir() else None)
+
+
+def agent_read_only(m: Migration) -> list[Path]:
+    """What an agent's sandbox may read besides the system: the profiles' environments (to run the code)
+    and the repository's git directory (history, read-only)."""
+    from ladder.runs.envs import cache_root
+    from ladder.runs.runner.sandbox import interpreter_paths
+
+    paths = [cache_root() / "envs", m.spec.source_dir / ".git"]
+    for prof in m.spec.profiles.values():
+        if prof.python and not prof.setup:
+            paths += interpreter_paths(prof.python)
+    return paths
+
+
 def last_notes(m: Migration, n: int) -> list[dict[str, Any]]:
     return [e.content for e in m.journal.entries("failure_note", attempt=n)]
 
@@ -163,12 +210,14 @@ def run_agent_step(m: Migration, n: int, parent: int, agent: Agent, baseline: Ba
     parent_entry = attempt_entry(m, parent)
     base = parent_entry.content["commit"] if parent_entry else repo.head.commit.hexsha
     wt = git_ops.fresh_worktree(repo, m.workspace, n, base)
+    feedback, feedback_dir = agent_feedback(m, parent)
     ctx = AttemptContext(
         migration=m.spec.name, attempt=n, parent=parent, worktree=wt,
         target_platform=m.spec.profile("target").platform,
         reference_platform=m.spec.profile("reference").platform,
         spec_text=m.spec.path.read_text() if m.spec.path else "", journal_summary=journal_summary(m),
-        last_notes=last_notes(m, parent), short_command=m.spec.experiment.short,
+        last_notes=feedback, feedback_dir=feedback_dir, read_only=agent_read_only(m),
+        short_command=m.spec.experiment.short, session_minutes=m.protocol.agent.session_minutes,
     )
     try:
         from ladder.agents.prompts import build_attempt_prompt, build_system_prompt
@@ -378,6 +427,8 @@ def _result(m: Migration, n: int, kind: str, found: Entry, rejudged: bool) -> No
 def seeds_wanted(m: Migration, checks: list[dict[str, Any]], kind: str, baseline: Baseline) -> dict[str, int] | None:
     """The baseline size that would decide the undecided checks ({"seeds": s, "full_seeds": f}), within the
     protocol's max_seeds; None when nothing is undecided or the baseline is already that large."""
+    if any(c.get("level") == "L0" and c.get("status") != "passed" for c in checks):
+        return None  # a run without L0 has no numbers to decide: more seeds would not help
     more = 0
     for c in checks:
         if c.get("status") == "undecided":
