@@ -132,3 +132,44 @@ def test_real_gradient_fault_that_adam_hides_is_caught_by_the_gradient_norm_curv
     assert faulty[("L1", "loss_window")]["status"] != "failed"
     note = diagnose(CheckResult.model_validate(trend), RunRecord.load(Path(bad["run_dir"])))
     assert "gradient the optimizer receives is larger by" in note, note
+
+
+def test_third_party_checks_register_through_an_entry_point(tmp_path: Path) -> None:
+    """A distribution on the path that declares `ladder.checks` entry points: its check joins the ladder, and a
+    plugin that fails to load shows up as a failed check rather than vanishing."""
+    import subprocess
+    import sys
+    import textwrap
+
+    site = tmp_path / "site"
+    (site / "myplug-0.1.dist-info").mkdir(parents=True)
+    (site / "myplug-0.1.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: myplug\nVersion: 0.1\n")
+    (site / "myplug-0.1.dist-info" / "entry_points.txt").write_text(
+        "[ladder.checks]\nlicense = myplug_checks\nbroken = myplug_broken\n")
+    (site / "myplug_checks.py").write_text(textwrap.dedent('''
+        from ladder.checks import register
+        from ladder.checks.results import CheckResult
+
+        @register("L2", "license_headers")
+        def license_headers(ctx):
+            return CheckResult(level="L2", name="license_headers", status="passed", evidence="all files carry one")
+    '''))
+    (site / "myplug_broken.py").write_text("raise RuntimeError('no such thing')\n")
+    code = textwrap.dedent('''
+        from ladder.checks import CheckContext, registered, run_ladder
+        from ladder.migration.protocol import load_protocol
+        from ladder.runs.records import Provenance, RunRecord
+        print(registered()["L2"])
+        run = RunRecord(run_id="r", kind="short", profile="p", platform="cpu", seed=0, command="x", cwd=".",
+                        started_at=0.0, ended_at=1.0, exit_code=0, timeout_s=1, provenance=Provenance(source="."))
+        res = run_ladder(CheckContext(run=run, protocol=load_protocol()), up_to="L2")
+        print([(c.name, c.status) for c in res.checks if c.name.startswith(("plugin", "license"))])
+    ''')
+    import os
+
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": str(site)})
+    assert p.returncode == 0, p.stderr
+    names, results = p.stdout.splitlines()
+    assert "license_headers" in names
+    assert "('license_headers', 'passed')" in results and "('plugin:broken', 'failed')" in results

@@ -297,3 +297,98 @@ def test_check_require_gates_on_the_level(tmp_path: Path) -> None:
     assert ok.returncode == 0, ok.stderr
     high = ladder_cli("check", run["run_dir"], "--require", "L3", cwd=ws)  # no full run: L3 not reached
     assert high.returncode == 1 and "below the required L3" in high.stderr
+
+
+# ---------------------------------------------------------------- the journal: anchored, and keyed on request
+
+def _journal_with_anchored_commits(tmp_path: Path, n_attempts: int = 4):
+    """A real journal and a real git repo whose attempt commits carry the journal head, as the supervisor
+    writes them: attempt entries, declarations, checks."""
+    import git
+
+    from ladder.journal import entries as je
+    from ladder.journal.store import Journal
+    from ladder.supervisor import git_ops
+
+    repo_dir = tmp_path / "repo"
+    repo_dir.mkdir(parents=True)
+    repo = git.Repo.init(repo_dir, initial_branch="main")
+    (repo_dir / "train.py").write_text("print('hi')\n")
+    repo.git.add("-A")
+    repo.git.execute(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "original"])
+    j = Journal(tmp_path / "journal.sqlite")
+    for n in range(1, n_attempts + 1):
+        wt = tmp_path / f"wt{n}"
+        repo.git.worktree("add", "-q", "-b", git_ops.branch_name(n), str(wt), "main")
+        (wt / "train.py").write_text(f"print({n})\n")
+        sha, _ = git_ops.commit_attempt(wt, n, "L3", f"attempt {n}", journal_head=j.head())
+        je.append(j, je.AttemptEntry(number=n, branch=git_ops.branch_name(n), commit=sha, summary=f"attempt {n}",
+                                     agent="scripted", started_at=time.time()), author="agent", attempt=n)
+        je.declare(j, n, "L3", "sure", author="agent")
+        j.append("check", {"kind": "short", "achieved_level": "L1", "checks": []}, author="ladder", attempt=n)
+    git_ops.anchor_tag(repo, "m", j.head())
+    j.close()
+    return tmp_path / "journal.sqlite", repo_dir
+
+
+def _rehash(path: Path, key: bytes | None = None) -> None:
+    """What a determined tamperer does: edit a declaration, then recompute every hash with ladder's own code."""
+    from ladder._util.hashing import canonical_json, sha256_bytes
+    from ladder.journal.store import GENESIS_SHA256, entry_sha256
+
+    conn = sqlite3.connect(path)
+    conn.execute("DROP TRIGGER entries_no_update")
+    rows = conn.execute("SELECT seq, kind, author, created_at, attempt, content, corrects, reason FROM entries "
+                        "ORDER BY seq").fetchall()
+    prev = GENESIS_SHA256
+    for seq, kind, author, created_at, attempt, content, corrects, reason in rows:
+        if kind == "declaration":
+            content = json.dumps({**json.loads(content), "level": "L1"}, sort_keys=True, separators=(",", ":"))
+        c_sha = sha256_bytes(content.encode())
+        e_sha = entry_sha256(key=key, seq=seq, kind=kind, author=author, created_at=created_at, attempt=attempt,
+                             content_sha256=c_sha, prev_sha256=prev, corrects=corrects, reason=reason)
+        conn.execute("UPDATE entries SET content=?, content_sha256=?, prev_sha256=?, entry_sha256=? WHERE seq=?",
+                     (content, c_sha, prev, e_sha, seq))
+        prev = e_sha
+    conn.execute("CREATE TRIGGER entries_no_update BEFORE UPDATE ON entries BEGIN SELECT RAISE(ABORT, 'no'); END")
+    conn.commit()
+    conn.close()
+
+
+def test_a_cut_journal_verifies_alone_but_not_against_its_git_anchors(tmp_path: Path) -> None:
+    from ladder.journal.store import verify_journal
+    from ladder.supervisor.git_ops import journal_anchors
+
+    path, repo = _journal_with_anchored_commits(tmp_path)
+    anchors = journal_anchors(repo, "m")
+    assert len(anchors) == 4 and verify_journal(path, anchors=anchors).ok  # 3 commits + the final tag
+    conn = sqlite3.connect(path)
+    conn.execute("DROP TRIGGER entries_no_delete")
+    conn.execute("DELETE FROM entries WHERE seq > 7")  # the last two attempts, gone
+    conn.execute("UPDATE sqlite_sequence SET seq = 7 WHERE name = 'entries'")
+    conn.execute("CREATE TRIGGER entries_no_delete BEFORE DELETE ON entries BEGIN SELECT RAISE(ABORT, 'no'); END")
+    conn.commit()
+    conn.close()
+    assert verify_journal(path).ok  # the chain alone cannot see a clean cut ...
+    cut = verify_journal(path, anchors=anchors)  # ... the anchors in git can
+    assert not cut.ok and any("cut off" in p for p in cut.problems) and cut.first_bad_seq == 8
+
+
+def test_a_rehashed_journal_fails_against_its_anchors_and_without_the_key(tmp_path: Path, monkeypatch) -> None:
+    from ladder.journal.store import verify_journal
+    from ladder.supervisor.git_ops import journal_anchors
+
+    path, repo = _journal_with_anchored_commits(tmp_path / "plain")
+    _rehash(path)
+    assert verify_journal(path).ok  # recomputed with ladder's own hash: the chain is consistent again
+    bad = verify_journal(path, anchors=journal_anchors(repo, "m"))
+    assert not bad.ok and any("rewritten" in p for p in bad.problems)
+
+    monkeypatch.setenv("LADDER_JOURNAL_KEY", "a secret the tamperer does not have")
+    keyed, _ = _journal_with_anchored_commits(tmp_path / "keyed")
+    assert verify_journal(keyed).ok
+    _rehash(keyed, key=None)  # no key: plain sha256
+    assert not verify_journal(keyed).ok
+    monkeypatch.delenv("LADDER_JOURNAL_KEY")
+    unkeyed = verify_journal(keyed)
+    assert not unkeyed.ok and "set LADDER_JOURNAL_KEY" in unkeyed.problems[-1]

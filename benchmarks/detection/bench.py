@@ -8,8 +8,8 @@ Usage (from the repository root, with ladder installed):
 
 Everything goes through ladder itself: the environments come from ladder's environment cache (the same
 setup commands as examples/classifier, so nothing depends on this machine's paths), `execute_run`
-captures every run with the probe, `create_baseline` stores each program's reference baseline, and
-`run_ladder` judges. A trial is one variant at one seed, judged as the supervisor judges an attempt: its
+captures every run with the probe (the reference's seeds are kept under --work as the baseline pool),
+and `run_ladder` judges. A trial is one variant at one seed, judged as the supervisor judges an attempt: its
 short run up to L2, its full run up to L3 (L1 again on the full run, then L3). It is flagged when a
 check of L1, L2 or L3 on either run does not pass (undecided after the seeds it asked for: flagged, and
 counted apart).
@@ -42,7 +42,7 @@ ROOT = HERE.parent.parent
 CORPUS = ROOT / "benchmarks" / "ports"
 sys.path.insert(0, str(ROOT))
 
-from ladder.baselines.store import Baseline, BaselineMeta, create_baseline  # noqa: E402
+from ladder.baselines.store import Baseline, BaselineMeta  # noqa: E402
 from ladder.checks import CheckContext, run_ladder  # noqa: E402
 from ladder.checks.results import CLIMBS  # noqa: E402
 from ladder.migration.spec import load_spec, load_spec_protocol  # noqa: E402
@@ -241,8 +241,9 @@ def main() -> None:
     ap.add_argument("--baseline-full", type=int, default=6)
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--reuse", action="store_true", help="judge the stored runs again; run nothing")
-    ap.add_argument("--out", type=Path, default=HERE / "results.json")
+    ap.add_argument("--out", type=Path, default=None, help="default: benchmarks/detection/results-<set>.json")
     args = ap.parse_args()
+    args.out = args.out or HERE / f"results-{args.set}.json"
     t_start = time.time()
     programs = sorted(p.parent for p in CORPUS.glob("*/corpus.toml"))
     if args.programs:

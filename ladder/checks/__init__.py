@@ -3,6 +3,13 @@
 A check is a small function `(ctx: CheckContext) -> CheckResult` that does one job and reports the
 measured value, the threshold and the evidence. Checks never raise for a bad run: a missing input is
 a `not_checked` or `failed` result with the reason in its evidence.
+
+The registry is explicit: `@register(level, name)`. ladder's own checks live in l0..l4; a third-party
+package adds its own by declaring an entry point in the group `ladder.checks` that names a module (or a
+function) whose import (or call) registers them, e.g. in its pyproject.toml:
+    [project.entry-points."ladder.checks"]
+    license_headers = "mypkg.ladder_checks"
+A plugin that fails to load is reported as a failed check of its own, never silently dropped.
 """
 
 from __future__ import annotations
@@ -65,9 +72,27 @@ def not_checked(level: str, name: str, why: str) -> CheckResult:
     return CheckResult(level=level, name=name, status="not_checked", evidence=why)  # type: ignore[arg-type]
 
 
+_PLUGIN_ERRORS: list[tuple[str, str]] = []
+_loaded = False
+
+
 def _load_builtin() -> None:
     # Importing the level modules registers their checks (idempotent: modules import once).
+    global _loaded
     from ladder.checks import l0, l1, l2, l3, l4  # noqa: F401
+
+    if _loaded:
+        return
+    _loaded = True
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group="ladder.checks"):
+        try:
+            obj = ep.load()
+            if callable(obj):
+                obj()
+        except Exception as e:  # a broken plugin must be seen, not skipped
+            _PLUGIN_ERRORS.append((ep.name, f"{type(e).__name__}: {e}"))
 
 
 def achieved_level(checks: list[CheckResult]) -> str | None:
@@ -98,6 +123,9 @@ def run_ladder(ctx: CheckContext, up_to: str = "L4") -> LadderResult:
             except Exception as e:  # a bug in a check must not pass a run, nor hide the other checks
                 results.append(CheckResult(level=lvl, name=name, status="failed",  # type: ignore[arg-type]
                                            evidence=f"check raised {type(e).__name__}: {e}"))
+    for name, error in _PLUGIN_ERRORS:
+        results.append(CheckResult(level="L0", name=f"plugin:{name}", status="failed",  # type: ignore[arg-type]
+                                   evidence=f"the check plugin {name!r} failed to load: {error}"))
     l3 = [c for c in results if c.level == "L3"]
     if l3 and any(c.status not in CLIMBS for c in l3):
         # Faster and cheaper means nothing for a run whose main result is not preserved.

@@ -280,6 +280,8 @@ def failures_frame(histories: list[History]) -> pd.DataFrame:
     for h in histories:
         runs: dict[tuple[int | None, str], list[bool]] = defaultdict(list)
         for nv in h.notes:
+            if nv.note.finding:  # a finding fails no level: it is no failure
+                continue
             runs[(nv.attempt, nv.note.run_dir)].append(nv.note.silent)
         rows += [{"migration": h.name, "attempt": a, "run_dir": r, "notes": len(s), "silent": all(s)}
                  for (a, r), s in runs.items()]

@@ -129,6 +129,7 @@ class FailureNote(EntryContent):
     silent: bool  # the process exited 0 and printed no error line
     run_dir: str | None  # None: no run (an attempt rejected before any)
     fix: str = ""
+    finding: bool = False  # a difference worth knowing that fails no level (another init distribution)
 
 
 class NoteFixEntry(EntryContent):

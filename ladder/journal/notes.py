@@ -260,7 +260,26 @@ def draft_notes(result: LadderResult, run: RunRecord) -> list[FailureNote]:
             diagnosis = f"the run did not finish (see L0/finished), which may explain this: {diagnosis}"
         notes.append(FailureNote(check=f"{c.level}/{c.name}", level=c.level, cause=cause_of(c),
                                  diagnosis=diagnosis, silent=silent, run_dir=result.run_dir))
+    notes += findings(result)
     return notes
+
+
+def findings(result: LadderResult) -> list[FailureNote]:
+    """Differences that fail no level but a reviewer should know: the initialisation (the first logged loss
+    beyond the seeds' spread) when the curves and metric are otherwise judged on their own."""
+    out = []
+    for c in result.checks:
+        init = (((c.details or {}).get("calibrated") or {}).get("details") or {}).get("initialisation")
+        if init and init.get("differs"):
+            lo, hi = init["band"]
+            out.append(FailureNote(
+                check="L1/initialisation", level="L1", finding=True, silent=True, run_dir=result.run_dir,
+                cause=(f"the initialisation differs: first logged loss {init['run']:.5g} at step {init['step']} vs the "
+                       f"seeds' {init['seeds_mean']:.5g} (band {lo:.5g}-{hi:.5g}, {init['seeds']} seeds)"),
+                diagnosis=("another init distribution (a framework's default, a different scale) or a different "
+                           "model at step 0; a finding, not a failure: the level depends on whether the curves and "
+                           "the metric also differ beyond noise (L1/trend, L1/loss_window, L1/metric)")))
+    return out
 
 
 # ------------------------------------------------------------------ optional plain-words rewrite

@@ -166,10 +166,15 @@ def agent_read_only(m: Migration) -> list[Path]:
     from ladder.runs.envs import cache_root
     from ladder.runs.runner.sandbox import interpreter_paths
 
+    from ladder.runs.envs import resolve_interpreter
+
     paths = [cache_root() / "envs", m.spec.source_dir / ".git"]
     for prof in m.spec.profiles.values():
-        if prof.python and not prof.setup:
-            paths += interpreter_paths(prof.python)
+        if not prof.setup:
+            try:
+                paths += interpreter_paths(resolve_interpreter(prof.python))
+            except LadderError:
+                pass
     return paths
 
 
