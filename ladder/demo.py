@@ -57,8 +57,11 @@ def build_environments(workspace: Path, progress: Callable[[str, dict], None] | 
 
 
 def run_demo(target: str, directory: Path, progress: Any = None) -> tuple[Path, SupervisorStatus]:
+    from ladder.migration.workspace import WorkspaceLock
+
     workspace = prepare_workspace(target, directory)
-    build_environments(workspace, progress)
-    status = supervise(workspace / "ladder.toml", f"scripted:migrations/{target}.toml", max_attempts=10,
-                       seeds=DEMO_SEEDS, full_seeds=1, progress=progress)
+    with WorkspaceLock(workspace, "demo"):
+        build_environments(workspace, progress)
+        status = supervise(workspace / "ladder.toml", f"scripted:migrations/{target}.toml", max_attempts=10,
+                           seeds=DEMO_SEEDS, full_seeds=1, progress=progress)
     return workspace, status

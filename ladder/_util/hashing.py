@@ -68,15 +68,12 @@ def verify_manifest(root: Path) -> list[str]:
     """Problems found (empty list = intact): edited, missing and added files, each named."""
     if not (root / MANIFEST_NAME).exists():
         return [f"{root}: no {MANIFEST_NAME}"]
-    recorded = read_manifest(root)
-    actual = tree_hashes(root)
-    problems = []
-    for name, h in recorded.items():
-        if name not in actual:
-            problems.append(f"missing: {name}")
-        elif actual[name] != h:
-            problems.append(f"edited: {name}")
-    for name in actual:
-        if name not in recorded:
-            problems.append(f"added: {name}")
-    return problems
+    return diff_hashes(read_manifest(root), tree_hashes(root))
+
+
+def diff_hashes(before: dict[str, str], after: dict[str, str],
+                words: tuple[str, str, str] = ("missing", "edited", "added")) -> list[str]:
+    """What changed between two {name: hash} maps, each name once: gone, changed, new."""
+    gone, changed, new = words
+    out = [f"{gone}: {n}" if n not in after else f"{changed}: {n}" for n, h in before.items() if after.get(n) != h]
+    return out + [f"{new}: {n}" for n in after if n not in before]

@@ -69,6 +69,14 @@ def warmup_end(ctx: CheckContext, steps: int) -> int:
     return max(r.warmup_steps, math.ceil(r.warmup_fraction * steps))
 
 
+def _measurable(ctx: CheckContext, name: str) -> CheckResult | None:
+    """not_checked when the run has no probe report or did not finish (its device facts are incomplete)."""
+    if ctx.run.probe is None:
+        return _no_probe(name)
+    why = _unfinished(ctx.run)
+    return not_checked(L, name, why) if why else None
+
+
 def _baseline_probe(ctx: CheckContext, name: str) -> tuple[RunRecord | None, CheckResult | None]:
     ref = ctx.reference()
     if ref is None:
@@ -166,11 +174,9 @@ def recompilation(ctx: CheckContext) -> CheckResult:
     It does not depend on the program's schedule: only on where in training the compiles fall."""
     name = "recompilation"
     probe = ctx.run.probe
-    if probe is None:
-        return _no_probe(name)
-    why = _unfinished(ctx.run)
-    if why:
-        return not_checked(L, name, why)
+    early = _measurable(ctx, name)
+    if early:
+        return early
     rules = ctx.protocol.l2
     steps = total_steps(ctx.run)
     w = warmup_end(ctx, steps)
@@ -228,12 +234,9 @@ def host_syncs(ctx: CheckContext) -> CheckResult:
     apart, per process (the busiest counts). A port fails only for reads the reference does not make:
     above the reference's rate x [l2].host_read_slack + [l2].host_read_margin."""
     name = "host_syncs"
-    probe = ctx.run.probe
-    if probe is None:
-        return _no_probe(name)
-    why = _unfinished(ctx.run)
-    if why:
-        return not_checked(L, name, why)
+    early = _measurable(ctx, name)
+    if early:
+        return early
     mine = read_rates(ctx.run)
     if mine is None:
         return not_checked(L, name, "the run's probe did not count host reads (written by an older ladder)")

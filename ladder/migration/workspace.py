@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ladder._util.errors import LadderError
-from ladder._util.hashing import sha256_file
+from ladder._util.hashing import diff_hashes, sha256_file
 
 if TYPE_CHECKING:
     from ladder.migration.spec import Spec
@@ -145,11 +145,4 @@ def journal_head(path: Path) -> str:
 
 
 def changes(before: dict[str, str], after: dict[str, str]) -> list[str]:
-    out = []
-    for p, h in before.items():
-        if p not in after:
-            out.append(f"deleted: {p}")
-        elif after[p] != h:
-            out.append(f"changed: {p}")
-    out += [f"added: {p}" for p in after if p not in before]
-    return out
+    return diff_hashes(before, after, ("deleted", "changed", "added"))
