@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import signal
 import sys
+import warnings
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -66,8 +67,26 @@ def _interrupt(signum, frame):  # noqa: ANN001
     raise KeyboardInterrupt
 
 
+def _show_spec_warnings() -> None:
+    """Spec warnings (ladder.migration.spec.SpecWarning) print as one plain line each, without a source line."""
+    from ladder.migration.spec import SpecWarning
+
+    default = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):  # noqa: ANN001
+        if issubclass(category, SpecWarning):
+            from ladder._display import display
+
+            display().info(f"warning: {message}")
+        else:
+            default(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
+
+
 def main() -> None:
     _register()
+    _show_spec_warnings()
     signal.signal(signal.SIGTERM, _interrupt)
     try:
         rc = app(standalone_mode=False)

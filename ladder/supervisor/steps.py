@@ -168,7 +168,7 @@ def run_agent_step(m: Migration, n: int, parent: int, agent: Agent, baseline: Ba
         target_platform=m.spec.profile("target").platform,
         reference_platform=m.spec.profile("reference").platform,
         spec_text=m.spec.path.read_text() if m.spec.path else "", journal_summary=journal_summary(m),
-        last_notes=last_notes(m, parent), short_command=m.spec.experiment.short,
+        last_notes=last_notes(m, parent), short_command=m.spec.command("short", "target"),
     )
     try:
         from ladder.agents.prompts import build_attempt_prompt, build_system_prompt
