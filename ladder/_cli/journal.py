@@ -14,7 +14,7 @@ from ladder._cli.main import app, writing
 from ladder._display import display
 from ladder._util.errors import LadderError
 
-journal_app = typer.Typer(help="The sealed journal of a migration.", no_args_is_help=True)
+journal_app = typer.Typer(rich_markup_mode=None, help="The sealed journal of a migration.", no_args_is_help=True)
 app.add_typer(journal_app, name="journal")
 
 SPEC_OPT = typer.Option(Path("ladder.toml"), "--spec", help="The migration spec.")
