@@ -33,9 +33,9 @@ def _prepared_dirs(ws: Path) -> list[Path]:
 def test_both_sides_run_their_own_command_in_their_own_cwd_and_parse_their_own_lines(ws: Path) -> None:
     spec = _spec(ws)
     ref = execute_run(spec, "reference", "short", seed=3)
-    tgt = execute_run(spec, "target", "short", seed=3)
+    tgt = execute_run(spec, "target", "short", seed=3, source=ws / "port")
     assert ref.exit_code == 0 and tgt.exit_code == 0, (ref.last_lines, tgt.last_lines)
-    assert "main.py --rng 3 --num-steps 100" in tgt.command and tgt.cwd.endswith("work/port")
+    assert "main.py --random-seed 3 --num-steps 100" in tgt.command and tgt.cwd.endswith("work/src")
     assert [p.loss for p in tgt.loss_curve] == [p.loss for p in ref.loss_curve] and len(ref.loss_curve) == 20
     assert tgt.metric == ref.metric and tgt.metric_name == "mse"
     # {prepared} and $LADDER_PREPARED name the cached data, which each side's own prepare step made
@@ -53,12 +53,13 @@ def _prepared_out(record) -> str:
 def test_prepare_runs_once_per_source_digest_and_prepare_inputs_narrow_it(ws: Path) -> None:
     spec = _spec(ws)
     execute_run(spec, "reference", "short", seed=0)
-    full = execute_run(spec, "target", "full", seed=0)  # its default --data: the link at ../data in its copy
+    full = execute_run(spec, "target", "full", seed=0, source=ws / "port")  # --data ../data: a link in its copy
     assert full.exit_code == 0 and full.metric is not None and len(_prepared_dirs(ws)) == 2
     (ws / "repo" / "train.py").write_text((ws / "repo" / "train.py").read_text() + "\n# edited\n")
     again = execute_run(spec, "reference", "short", seed=1)
     assert any("(cached)" in n for n in again.notes)  # prepare_inputs = ["prepare_data.py"]: still valid
-    execute_run(spec, "target", "short", seed=0)  # the target digests every file: it prepares again
+    (ws / "port" / "src" / "main.py").write_text((ws / "port" / "src" / "main.py").read_text() + "\n# edited\n")
+    execute_run(spec, "target", "short", seed=0, source=ws / "port")  # every file is an input: it prepares again
     assert len(_prepared_dirs(ws)) == 3
     (ws / "repo" / "prepare_data.py").write_text((ws / "repo" / "prepare_data.py").read_text() + "\n# v2\n")
     r = execute_run(spec, "reference", "short", seed=0)

@@ -21,8 +21,8 @@ def _load_quiet(path: Path):
 def test_each_side_has_its_own_command_cwd_and_patterns(tmp_path: Path) -> None:
     spec = _load_quiet(workspace(tmp_path, "twosided") / "ladder.toml")
     assert spec.command("short", "reference") == "{python} train.py --seed {seed} --steps {steps}"
-    assert spec.command("short", "target").startswith("{python} main.py --rng {seed}")
-    assert spec.profile("target").cwd == "port" and spec.profile("reference").cwd == "."
+    assert spec.command("short", "target").startswith("{python} main.py --random-seed {seed}")
+    assert spec.profile("target").cwd == "src" and spec.profile("reference").cwd == "."
     ref, tgt = spec.parse_for("reference"), spec.parse_for("target")
     assert ref == spec.parse
     assert tgt.loss.startswith(r"^\|") and tgt.metric.startswith("^final")

@@ -70,6 +70,7 @@ class Line:
 class Series:
     lines: list[Line]
     step: int | None = None  # the column of the step number
+    position: dict[int, str] = field(default_factory=dict)  # columns that place a line: step, or epoch + batch
 
     @property
     def labels(self) -> list[str]:
@@ -111,12 +112,27 @@ def _label(segment: str, previous: str | None) -> str:
     return _name([words[-1]])
 
 
+FIELD_SEPARATOR = re.compile(r"\s*\|\s*|\s{2,}|\t")
+
+
+def _fields(text: str) -> list[tuple[int, int]]:
+    """The spans of a table row's cells (split at |, tabs or two spaces)."""
+    spans, pos = [], 0
+    for m in FIELD_SEPARATOR.finditer(text):
+        if text[pos:m.start()].strip():
+            spans.append((pos, m.start()))
+        pos = m.end()
+    if text[pos:].strip():
+        spans.append((pos, len(text)))
+    return spans
+
+
 def _header_fields(text: str) -> list[str] | None:
-    """The column names of a table header line (words only, split at | or two spaces), else None."""
+    """The column names of a table header line (words only), else None."""
     if NUM.search(text) or len(WORD.findall(text)) < 2:
         return None
-    fields = [f.strip() for f in re.split(r"\s*\|\s*|\s{2,}|\t", text.strip()) if f.strip()]
-    return [_name(WORD.findall(f)) for f in fields] if len(fields) >= 2 else None
+    fields = [_name(WORD.findall(text[a:b])) for a, b in _fields(text)]
+    return fields if len(fields) >= 2 else None
 
 
 def read_lines(texts: Iterable[str]) -> list[Line]:
@@ -140,8 +156,12 @@ def read_lines(texts: Iterable[str]) -> list[Line]:
             labels.append(_label(literals[-1], labels[-1] if labels else None))
             pos = m.end()
         literals.append(text[pos:])
-        if header and not any(labels) and len(header) == len(matches):
-            labels = list(header)
+        cells = _fields(text)
+        if header and len(cells) == len(header):  # a row of the table under the last header line
+            for k, m in enumerate(matches):
+                cell = next((c for c, (a, b) in enumerate(cells) if a <= m.start() < b), None)
+                if cell is not None and not WORD.search(text[cells[cell][0]:m.start()]):
+                    labels[k] = header[cell]
         values = [float(m.group()) for m in matches]
         out.append(Line(i, text, literals, values, [m.group() for m in matches], labels, len(segments) > 1))
     return out
@@ -159,6 +179,30 @@ def _step_column(s: Series) -> int | None:
     return ints[0] if ints and len(s.lines) >= 2 else None
 
 
+def _epoch_batch(s: Series) -> dict[int, str]:
+    """Epoch and batch columns (`Epoch [2/5], Step [100/600]`): the epoch never falls, the batch grows within
+    an epoch and starts again; the batch's `/total` is the batches per epoch."""
+    labels = s.labels
+    epochs = [i for i, lab in enumerate(labels) if "epoch" in _words(lab) and s.is_int(i)]
+    if not epochs or len(s.lines) < 3:
+        return {}
+    e = epochs[0]
+    ev = s.column(e)
+    if any(b < a for a, b in zip(ev, ev[1:])) or len(set(ev)) < 2:
+        return {}
+    for i in range(len(labels)):
+        if i == e or not s.is_int(i) or labels[i].endswith("_total"):
+            continue
+        bv = s.column(i)
+        within = all(b > a for (ea, a), (eb, b) in zip(zip(ev, bv), zip(ev[1:], bv[1:])) if ea == eb)
+        if within and len(set(bv)) > 1:
+            out = {e: "epoch", i: "batch"}
+            if i + 1 < len(labels) and labels[i + 1] == f"{labels[i]}_total":
+                out[i + 1] = "batches"
+            return out
+    return {}
+
+
 def _series(lines: list[Line]) -> list[Series]:
     groups: dict[str, list[Line]] = {}
     for ln in lines:
@@ -167,6 +211,7 @@ def _series(lines: list[Line]) -> list[Series]:
     for group in groups.values():
         s = Series(group)
         s.step = _step_column(s)
+        s.position = {s.step: "step"} if s.step is not None else _epoch_batch(s)
         out.append(s)
     return out
 
@@ -188,10 +233,10 @@ def _words(label: str) -> set[str]:
 def _loss_candidates(series: list[Series]) -> list[tuple[float, Series, int, str]]:
     out = []
     for s in series:
-        if s.step is None or len(s.lines) < 3:
+        if not s.position or len(s.lines) < 3:
             continue
         for i, label in enumerate(s.labels):
-            if i == s.step or label.endswith("_total") or _words(label) & set(NOT_A_LOSS) or s.is_int(i):
+            if i in s.position or label.endswith("_total") or _words(label) & set(NOT_A_LOSS) or s.is_int(i):
                 continue
             drop = _falls(s.column(i))
             score, why = 0.0, []
@@ -208,7 +253,8 @@ def _loss_candidates(series: list[Series]) -> list[tuple[float, Series, int, str
             elif drop < -0.02:
                 score -= 3
             score += min(3.0, math.log2(len(s.lines)) / 2)
-            why.append(f"printed {len(s.lines)} times with a growing step")
+            why.append(f"printed {len(s.lines)} times with a growing "
+                       + ("step" if s.step is not None else "epoch and batch"))
             out.append((score, s, i, ", ".join(why)))
     return sorted(out, key=lambda c: -c[0])
 
@@ -276,11 +322,11 @@ def _direction(label: str) -> str | None:
     return None
 
 
-def _eval_captures(s: Series, skip: int | None = None) -> dict[int, str]:
-    captures: dict[int, str] = {s.step: "step"} if s.step is not None else {}
-    used = {"step"}
+def _eval_captures(s: Series) -> dict[int, str]:
+    captures: dict[int, str] = dict(s.position)
+    used = set(captures.values())
     for i, label in enumerate(s.labels):
-        if i in captures or i == skip or label.endswith("_total") or not label or _words(label) & set(NOT_A_LOSS):
+        if i in captures or label.endswith("_total") or not label or _words(label) & set(NOT_A_LOSS):
             continue
         name = "items" if label in ITEM_WORDS and s.is_int(i) else label
         if not re.match(r"[a-z]", name) or name in used:
@@ -302,7 +348,7 @@ def infer_parse(texts: Iterable[str]) -> ParseProposal:
     loss_series: Series | None = None
     if candidates:
         _, loss_series, col, why = candidates[0]
-        rx, extra = _unique_pattern(loss_series, {loss_series.step: "step", col: "loss"}, lines)
+        rx, extra = _unique_pattern(loss_series, {**loss_series.position, col: "loss"}, lines)
         prop.loss = rx
         prop.findings.append(Finding("loss", f"`{loss_series.labels[col] or 'number'}` of "
                                      f"{loss_series.lines[0].text.strip()!r}", why))
@@ -349,26 +395,33 @@ def _metric(prop: ParseProposal, lines: list[Line], series: list[Series], loss_s
     in_series = {id(ln) for s in series if len(s.lines) > 1 for ln in s.lines}
     last_series_line = max((ln.index for s in series if len(s.lines) > 1 for ln in s.lines), default=-1)
     final = [ln for ln in lines if id(ln) not in in_series and ln.index > last_series_line]
-    options: list[tuple[float, Line, int]] = []
+    options: list[tuple[float, Line, int, str]] = []
     for rank, ln in enumerate(final):
+        line_words = [w.lower() for w in WORD.findall(ln.text)]
+        named = next((w for w in line_words if _direction(w)), None)  # `Accuracy of the net on 10000 images: 97.1`
         for i, label in enumerate(ln.labels):
-            if not label or _words(label) & set(NOT_A_LOSS) or label.endswith("_total"):
+            if label.endswith("_total") or (label and _words(label) & set(NOT_A_LOSS)):
                 continue
-            score = rank * 0.1 + (3 if _words(label) & set(HIGHER_BETTER) else 0) + \
-                (2 if _words(label) & set(LOWER_BETTER) else 0) + (1 if _words(label) & set(HELD_OUT) else 0)
-            options.append((score, ln, i))
+            own = bool(label and _direction(label))
+            name = label if own or not named else named
+            integer = re.fullmatch(r"[-+]?\d+", ln.raw[i]) is not None
+            score = rank * 0.1 + (3 if _words(name) & set(HIGHER_BETTER) else 0) + \
+                (2 if _words(name) & set(LOWER_BETTER) else 0) + (1 if _words(name) & set(HELD_OUT) else 0) + \
+                (1 if own else 0) - (2 if integer else 0) + (0.5 if i == len(ln.labels) - 1 else 0)
+            if name:
+                options.append((score, ln, i, name))
     if options:
-        _, ln, i = max(options, key=lambda o: o[0])
+        _, ln, i, name = max(options, key=lambda o: o[0])
         s = Series([ln])
         prop.metric = pattern(s, {i: "value"})
-        prop.metric_name = ln.labels[i]
-        others = [f"{o[1].labels[o[2]]}={o[1].raw[o[2]]}" for o in options if (o[1], o[2]) != (ln, i)]
+        prop.metric_name = name
+        others = [f"{o[3]}={o[1].raw[o[2]]}" for o in options if (o[1], o[2]) != (ln, i)]
         why = "printed once, after the last training and evaluation lines"
         if others:
             why += f" (also printed there: {', '.join(others[:4])}; edit [parse] metric to use one)"
         prop.findings.append(Finding("metric", f"{ln.labels[i]} = {ln.raw[i]} in {ln.text.strip()!r}", why))
     elif eval_series is not None:
-        cols = [i for i in _eval_captures(eval_series) if i != eval_series.step]
+        cols = [i for i in _eval_captures(eval_series) if i not in eval_series.position]
         scored = sorted(cols, key=lambda i: -(2 * bool(_words(eval_series.labels[i]) & set(HELD_OUT))
                                              + bool(_direction(eval_series.labels[i]))))
         if scored:
