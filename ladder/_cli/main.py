@@ -52,13 +52,19 @@ def _register() -> None:
 
 
 def _usage_errors() -> tuple[type[BaseException], ...]:
-    import click
-
-    out: list[type[BaseException]] = [click.exceptions.ClickException]
+    """Click's usage errors: typer >= 0.26 raises those of its own vendored copy (typer._click), and click
+    itself need not be installed; pyproject pins typer to the range tests/test_packaging.py checks."""
+    out: list[type[BaseException]] = []
     try:
-        from typer._click import exceptions as vendored  # typer >= 0.2x carries its own copy of click
+        from typer._click import exceptions as vendored
 
         out.append(vendored.ClickException)
+    except ImportError:
+        pass
+    try:
+        import click
+
+        out.append(click.exceptions.ClickException)
     except ImportError:
         pass
     return tuple(out)
