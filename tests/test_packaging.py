@@ -162,3 +162,28 @@ def test_the_wheel_installs_and_runs_outside_the_source_tree(tmp_path: Path) -> 
     assert json.loads(p.stdout)["achieved_level"] in ("L1", "L2")
     p = cli("run", "--on", "nowhere")
     assert p.returncode == 2 and "Traceback" not in p.stderr  # a user's error, not a crash
+
+
+def test_every_option_of_every_command_has_help_and_flags_show_cleanly() -> None:
+    import typer.main
+
+    from ladder._cli.main import _register, app
+
+    _register()
+    root = typer.main.get_command(app)
+    seen, missing, helps = 0, [], []
+
+    def walk(cmd, path: list[str], parent=None) -> None:
+        nonlocal seen
+        ctx = type(root).context_class(cmd, info_name=path[-1], parent=parent)
+        helps.append(cmd.get_help(ctx))
+        for p in cmd.params:
+            seen += 1
+            if not getattr(p, "help", None) and p.name != "help":
+                missing.append(f"{' '.join(path)} {'/'.join(p.opts)}")
+        for name, sub in getattr(cmd, "commands", {}).items():
+            walk(sub, path + [name], ctx)
+
+    walk(root, ["ladder"])
+    assert seen > 80 and missing == []
+    assert not any("<bool>" in h or "--no-" in h for h in helps)
