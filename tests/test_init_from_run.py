@@ -8,14 +8,12 @@ from __future__ import annotations
 
 import json
 import sys
-import threading
 import warnings
-from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
 import pytest
 
-from helpers import ladder_cli, workspace
+from helpers import FakeAnthropic, ladder_cli, workspace
 from ladder.migration.spec import SpecWarning, load_spec
 from ladder.runs.execute import execute_run
 
@@ -69,40 +67,14 @@ def test_without_a_port_command_or_key_the_target_is_left_to_fill_in(ws: Path) -
     assert "# The port's side: set its platform and python" in text
 
 
-class _FakeClaude(BaseHTTPRequestHandler):
-    prompts: list[str] = []
-    answer = ""
-
-    def do_POST(self) -> None:  # noqa: N802
-        body = json.loads(self.rfile.read(int(self.headers["content-length"])))
-        _FakeClaude.prompts.append(body["messages"][0]["content"])
-        reply = {"id": "msg_1", "type": "message", "role": "assistant", "model": body["model"],
-                 "content": [{"type": "text", "text": _FakeClaude.answer}], "stop_reason": "end_turn",
-                 "stop_sequence": None, "usage": {"input_tokens": 10, "output_tokens": 5}}
-        data = json.dumps(reply).encode()
-        self.send_response(200)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *a) -> None:
-        pass
-
-
 def test_with_a_key_claude_proposes_the_port_command_from_its_readme(ws: Path) -> None:
-    server = HTTPServer(("127.0.0.1", 0), _FakeClaude)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    _FakeClaude.prompts = []
-    _FakeClaude.answer = "Here it is:\n" + json.dumps(
+    answer = "Here it is:\n" + json.dumps(
         {"command": PORT, "prepare": ["python tools/make_numbers.py --out data"], "why": "the README's two lines"})
-    try:
-        out = _init(ws, "--target-source", "port", env={"ANTHROPIC_API_KEY": "test-key",
-                                                          "ANTHROPIC_BASE_URL": f"http://127.0.0.1:{server.server_address[1]}"})
-    finally:
-        server.shutdown()
-    assert len(_FakeClaude.prompts) == 1 and "python tools/make_numbers.py --out data" in _FakeClaude.prompts[0]
-    assert REFERENCE in _FakeClaude.prompts[0]
+    with FakeAnthropic(lambda prompt: answer) as api:
+        out = _init(ws, "--target-source", "port", env={"ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_BASE_URL": api.url})
+    prompts = [s["body"]["messages"][0]["content"] for s in api.seen]
+    assert len(prompts) == 1 and api.seen[0]["key"] == "test-key"
+    assert "python tools/make_numbers.py --out data" in prompts[0] and REFERENCE in prompts[0]
     claude = [f for f in out["findings"] if f["side"] == "target" and f["topic"] == "command"]
     assert claude and "proposed by Claude" in claude[0]["why"] and claude[0]["value"] == PORT
     spec = load_spec(ws / "ladder.toml")

@@ -58,7 +58,26 @@ def _loss_pattern(v: str) -> str:
     return v
 
 
-class ParseSpec(_Model):
+class _Patterns(_Model):
+    """The checks every log pattern gets, in [parse] and in a profile's own parse table."""
+
+    @field_validator("loss", check_fields=False)
+    @classmethod
+    def _loss(cls, v: str | None) -> str | None:
+        return None if v is None else _loss_pattern(v)
+
+    @field_validator("metric", check_fields=False)
+    @classmethod
+    def _metric(cls, v: str | None) -> str | None:
+        return None if v is None else _compile(v, {"value"}, "metric")
+
+    @field_validator("eval", "error", check_fields=False)
+    @classmethod
+    def _any(cls, v: str | None) -> str | None:
+        return None if v is None else _compile(v, set(), "eval/error")
+
+
+class ParseSpec(_Patterns):
     loss: str = Field(description="regex with named groups `step` and `loss`, or `epoch`, `batch` (and optionally "
                                   "`batches`, the batches per epoch) and `loss`")
     metric: str = Field(description="regex with a named group `value` for the headline metric")
@@ -68,23 +87,8 @@ class ParseSpec(_Model):
                              "('' for none)")
     error: str = DEFAULT_ERROR_PATTERN
 
-    @field_validator("loss")
-    @classmethod
-    def _loss(cls, v: str) -> str:
-        return _loss_pattern(v)
 
-    @field_validator("metric")
-    @classmethod
-    def _metric(cls, v: str) -> str:
-        return _compile(v, {"value"}, "metric")
-
-    @field_validator("eval", "error")
-    @classmethod
-    def _any(cls, v: str | None) -> str | None:
-        return None if v is None else _compile(v, set(), "eval/error")
-
-
-class ParseOverride(_Model):
+class ParseOverride(_Patterns):
     """A profile's own log patterns: each key set replaces the shared [parse] key for that profile only."""
 
     loss: str | None = None
@@ -93,21 +97,6 @@ class ParseOverride(_Model):
     error: str | None = None
     metric_name: str | None = None
     direction: str | None = None
-
-    @field_validator("loss")
-    @classmethod
-    def _loss(cls, v: str) -> str:
-        return _loss_pattern(v)
-
-    @field_validator("metric")
-    @classmethod
-    def _metric(cls, v: str) -> str:
-        return _compile(v, {"value"}, "metric")
-
-    @field_validator("eval", "error")
-    @classmethod
-    def _any(cls, v: str) -> str:
-        return _compile(v, set(), "eval/error")
 
     @field_validator("metric_name", "direction")
     @classmethod
