@@ -153,10 +153,21 @@ def _set_flag(argv: list[str], names: list[str], placeholder: str) -> tuple[list
     return out, None
 
 
+SHELL_OPERATORS = {"&&", "||", ";", "|", "&", ">", ">>", "<", "2>", "2>&1", "2>>"}
+
+
 def _template(argv: list[str]) -> str:
-    """The argv as a command line, with `{python}` for the interpreter and placeholders left unquoted."""
-    parts = ["{python}" if i == 0 and PYTHON_TOKEN.match(tok) else tok if re.fullmatch(r"[^\s'\"\\$`;&|<>()]+", tok)
-             else shlex.quote(tok) for i, tok in enumerate(argv)]
+    """The argv as a command line: `{python}` for an interpreter that starts a command (also after `&&`,
+    `;`, ...), shell operators and placeholders left as they are, anything else quoted when it must be."""
+    parts = []
+    for i, tok in enumerate(argv):
+        starts = i == 0 or argv[i - 1] in SHELL_OPERATORS
+        if starts and PYTHON_TOKEN.match(tok):
+            parts.append("{python}")
+        elif tok in SHELL_OPERATORS or re.fullmatch(r"[^\s'\"\\$`;&|<>()]+", tok):
+            parts.append(tok)
+        else:
+            parts.append(shlex.quote(tok))
     return " ".join(parts)
 
 
