@@ -4,14 +4,11 @@ Anthropic SDK against a local HTTP server (no network) and is stored beside the 
 
 from __future__ import annotations
 
-import json
-import threading
-from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
 import pytest
 
-from helpers import cli_json, workspace
+from helpers import FakeAnthropic, cli_json, workspace
 from ladder._cli.check import check_run
 from ladder.journal import Journal
 from ladder.journal.entries import FailureNote, parse
@@ -136,45 +133,13 @@ def test_unknown_check_and_reshaped_details_fall_back_to_the_evidence() -> None:
 
 # ---------------------------------------------------------------- the optional LLM rewrite, offline
 
-class _FakeMessages(BaseHTTPRequestHandler):
-    seen: list[dict] = []
-    fail = False
-
-    def do_POST(self) -> None:  # noqa: N802
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        type(self).seen.append({"path": self.path, "body": body, "key": self.headers.get("x-api-key")
-                                 or (self.headers.get("authorization") or "").removeprefix("Bearer ")})
-        if type(self).fail:
-            self.send_response(500)
-            self.send_header("content-type", "application/json")
-            self.end_headers()
-            self.wfile.write(b'{"type":"error","error":{"type":"api_error","message":"boom"}}')
-            return
-        prompt = body["messages"][0]["content"]
-        check = prompt.split("Check: ")[1].split("\n")[0]
-        reply = {"id": "msg_1", "type": "message", "role": "assistant", "model": body["model"],
-                 "content": [{"type": "text", "text": f"Plain words about {check}."}],
-                 "stop_reason": "end_turn", "stop_sequence": None,
-                 "usage": {"input_tokens": 10, "output_tokens": 5}}
-        data = json.dumps(reply).encode()
-        self.send_response(200)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *a) -> None:
-        pass
-
-
 @pytest.fixture
 def fake_api():
-    server = HTTPServer(("127.0.0.1", 0), _FakeMessages)
-    _FakeMessages.seen, _FakeMessages.fail = [], False
-    t = threading.Thread(target=server.serve_forever, daemon=True)
-    t.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}", _FakeMessages
-    server.shutdown()
+    def answer(prompt: str) -> str:
+        return f"Plain words about {prompt.split('Check: ')[1].splitlines()[0]}."
+
+    with FakeAnthropic(answer) as api:
+        yield api.url, api
 
 
 def _two_notes() -> list[FailureNote]:

@@ -12,7 +12,7 @@ from ladder.baselines.store import (DEFAULT_FULL_SEEDS, DEFAULT_SEEDS, create_ba
                                    versions, verify_baseline)
 from ladder.migration.spec import load_spec
 
-baseline_app = typer.Typer(help="Store and verify the reference baseline.", invoke_without_command=True)
+baseline_app = typer.Typer(rich_markup_mode=None, help="Store and verify the reference baseline.", invoke_without_command=True)
 app.add_typer(baseline_app, name="baseline")
 
 

@@ -14,7 +14,7 @@ from ladder._display import display
 def demo(
     target: str = typer.Option("xla", "--target", help="xla (PyTorch/XLA on its CPU device) or jax (JAX on CPU)."),
     directory: Path | None = typer.Option(None, "--dir", help="Work directory (default ./ladder-demo-TARGET)."),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> int:
     """Port the example classifier with a recorded agent and show what ladder catches."""
     from ladder.demo import run_demo

@@ -14,7 +14,7 @@ from ladder._cli.main import app, writing
 from ladder._display import display
 from ladder._util.errors import LadderError
 
-journal_app = typer.Typer(help="The sealed journal of a migration.", no_args_is_help=True)
+journal_app = typer.Typer(rich_markup_mode=None, help="The sealed journal of a migration.", no_args_is_help=True)
 app.add_typer(journal_app, name="journal")
 
 SPEC_OPT = typer.Option(Path("ladder.toml"), "--spec", help="The migration spec.")
@@ -75,7 +75,7 @@ def verified(spec_path: Path, journal: Path | None, allow: bool) -> tuple[Path, 
 def verify(
     spec_path: Path = SPEC_OPT,
     journal: Path | None = JOURNAL_OPT,
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """Recompute the hash chain and the referenced baselines and run dirs; exit 1 naming the first bad entry."""
     from ladder.journal.store import verify_journal
@@ -104,7 +104,7 @@ def fix_note_cmd(
     attempt: int | None = typer.Option(None, "--attempt", help="The attempt that made the fix."),
     spec_path: Path = SPEC_OPT,
     journal: Path | None = JOURNAL_OPT,
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """Record the fix of a failure note (appended; the note itself is never edited)."""
     from ladder.journal.entries import fix_note
@@ -131,7 +131,7 @@ def declare_cmd(
     message: str = typer.Option(..., "-m", "--message", help="Why you believe this level is reached."),
     spec_path: Path = SPEC_OPT,
     journal: Path | None = JOURNAL_OPT,
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """Seal a human's declared level for an attempt, before any check of it runs."""
     from ladder.journal.entries import declare

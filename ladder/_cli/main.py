@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import signal
 import sys
+import warnings
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -23,6 +24,7 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
+    rich_markup_mode=None,  # click's plain help: flags show without a <bool> type, as --flag
 )
 
 
@@ -50,13 +52,19 @@ def _register() -> None:
 
 
 def _usage_errors() -> tuple[type[BaseException], ...]:
-    import click
-
-    out: list[type[BaseException]] = [click.exceptions.ClickException]
+    """Click's usage errors: typer >= 0.26 raises those of its own vendored copy (typer._click), and click
+    itself need not be installed; pyproject pins typer to the range tests/test_packaging.py checks."""
+    out: list[type[BaseException]] = []
     try:
-        from typer._click import exceptions as vendored  # typer >= 0.2x carries its own copy of click
+        from typer._click import exceptions as vendored
 
         out.append(vendored.ClickException)
+    except ImportError:
+        pass
+    try:
+        import click
+
+        out.append(click.exceptions.ClickException)
     except ImportError:
         pass
     return tuple(out)
@@ -66,8 +74,26 @@ def _interrupt(signum, frame):  # noqa: ANN001
     raise KeyboardInterrupt
 
 
+def _show_spec_warnings() -> None:
+    """Spec warnings (ladder.migration.spec.SpecWarning) print as one plain line each, without a source line."""
+    from ladder.migration.spec import SpecWarning
+
+    default = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):  # noqa: ANN001
+        if issubclass(category, SpecWarning):
+            from ladder._display import display
+
+            display().info(f"warning: {message}")
+        else:
+            default(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
+
+
 def main() -> None:
     _register()
+    _show_spec_warnings()
     signal.signal(signal.SIGTERM, _interrupt)
     try:
         rc = app(standalone_mode=False)

@@ -18,7 +18,7 @@ SPEC_OPT = typer.Option(Path("ladder.toml"), "--spec", help="The migration spec.
 def run_cmd(
     on: str = typer.Option(..., "--on", help="Profile: reference or target."),
     kind: str = typer.Option("short", "--kind", help="short or full."),
-    seed: int = typer.Option(0, "--seed"),
+    seed: int = typer.Option(0, "--seed", help="The seed ({seed} in the command; with [probe] seed, the offset)."),
     source: Path | None = typer.Option(None, "--source", help="Run this checkout instead of the spec's source."),
     spec_path: Path = SPEC_OPT,
     run_dir: Path | None = typer.Option(None, "--run-dir", help="Where to write the run (default runs/<name>/...)."),

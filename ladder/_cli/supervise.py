@@ -41,11 +41,11 @@ def show_status(st, as_json: bool) -> int:
 @app.command("supervise")
 def supervise_cmd(
     agent: str = typer.Option(..., "--agent", help="claude-code, scripted:FILE or human."),
-    max_attempts: int = typer.Option(10, "--max-attempts", min=1),
+    max_attempts: int = typer.Option(10, "--max-attempts", min=1, help="Stop after this many attempts."),
     seeds: int = typer.Option(5, "--seeds", help="Baseline short-run seeds, if no baseline is stored yet."),
     full_seeds: int = typer.Option(3, "--full-seeds", help="Baseline full-run seeds, if no baseline is stored yet."),
     spec_path: Path = SPEC,
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> int:
     """Run the whole protocol: baseline, attempt 0, agent attempts, checks, stop rules, full run, report."""
     from ladder.supervisor.driver import supervise
@@ -61,7 +61,7 @@ def resume_cmd(
     raise_to: float | None = typer.Option(None, "--raise-to", help="New value of the limit (raise-limit)."),
     note: str = typer.Option("", "-m", "--note", help="Why (journaled)."),
     spec_path: Path = SPEC,
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> int:
     """Answer a pause, or continue a migration whose supervisor was killed."""
     from ladder.supervisor.driver import resume

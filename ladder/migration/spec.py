@@ -3,6 +3,13 @@
 Loading validates everything and reports every problem at once (key, value, fix). Paths in the spec
 are relative to the spec file's directory, which is also the migration workspace: ladder writes
 `baselines/<name>/`, `journals/<name>/` and `runs/` there.
+
+The two sides of a port often differ: another entry script, other flags, other log lines. `[experiment]`
+and `[parse]` are the defaults; a profile may set its own `short`, `full`, `cwd`, `prepare` and a
+`[profiles.<name>.parse]` table whose keys replace the shared `[parse]` keys one by one (the metric's
+name and direction belong to the experiment and stay shared). Loading also collects warnings (a run
+that cannot vary its seed, threads left to the machine, a number group that swallows punctuation):
+they are kept on `Spec.warnings` and issued as `SpecWarning`s, which the CLI prints.
 """
 
 from __future__ import annotations
@@ -10,7 +17,8 @@ from __future__ import annotations
 import re
 import string
 import tomllib
-from pathlib import Path
+import warnings
+from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -20,6 +28,9 @@ from ladder._util.validation import validate_or_raise
 
 PLATFORMS = ("cpu", "cuda", "mps", "xla", "tpu", "jax-cpu", "jax-gpu", "jax-tpu")
 BUILTIN_PLACEHOLDERS = {"python", "seed", "run_dir", "steps"}
+PREPARE_PLACEHOLDERS = {"python", "prepared"}  # a prepare step runs once for every seed and run
+RUN_KINDS = ("short", "full")
+CPU_PLATFORMS = ("cpu", "jax-cpu")
 DEFAULT_ERROR_PATTERN = r"Traceback \(most recent call last\)|^\w*Error\b|\bERROR\b|FATAL|Segmentation fault|Killed"
 
 
@@ -38,39 +49,66 @@ def _compile(pattern: str, groups: set[str], key: str) -> str:
     return pattern
 
 
-class ParseSpec(_Model):
-    loss: str = Field(description="regex with named groups `step` and `loss`, or `epoch`, `batch` (and optionally "
-                                  "`batches`, the batches per epoch) and `loss`")
-    metric: str = Field(description="regex with a named group `value` for the headline metric")
-    metric_name: str = "metric"
-    direction: Literal["max", "min"]
-    eval: str | None = Field(default=None, description="regex for evaluation lines; numeric named groups are kept")
-    error: str = DEFAULT_ERROR_PATTERN
+def _loss_pattern(v: str) -> str:
+    _compile(v, {"loss"}, "loss")
+    groups = set(re.compile(v).groupindex)
+    if "step" not in groups and not {"epoch", "batch"} <= groups:
+        raise ValueError("the loss pattern needs a named group `step`, or `epoch` and `batch` (with `batches`, "
+                         "the batches per epoch, when the line prints it), e.g. (?P<step>\\d+)")
+    return v
 
-    @field_validator("loss")
+
+class _Patterns(_Model):
+    """The checks every log pattern gets, in [parse] and in a profile's own parse table."""
+
+    @field_validator("loss", check_fields=False)
     @classmethod
-    def _loss(cls, v: str) -> str:
-        _compile(v, {"loss"}, "loss")
-        groups = set(re.compile(v).groupindex)
-        if "step" not in groups and not {"epoch", "batch"} <= groups:
-            raise ValueError("the loss pattern needs a named group `step`, or `epoch` and `batch` (with `batches`, "
-                             "the batches per epoch, when the line prints it), e.g. (?P<step>\\d+)")
-        return v
+    def _loss(cls, v: str | None) -> str | None:
+        return None if v is None else _loss_pattern(v)
 
-    @field_validator("metric")
+    @field_validator("metric", check_fields=False)
     @classmethod
-    def _metric(cls, v: str) -> str:
-        return _compile(v, {"value"}, "metric")
+    def _metric(cls, v: str | None) -> str | None:
+        return None if v is None else _compile(v, {"value"}, "metric")
 
-    @field_validator("eval", "error")
+    @field_validator("eval", "error", check_fields=False)
     @classmethod
     def _any(cls, v: str | None) -> str | None:
         return None if v is None else _compile(v, set(), "eval/error")
 
 
+class ParseSpec(_Patterns):
+    loss: str = Field(description="regex with named groups `step` and `loss`, or `epoch`, `batch` (and optionally "
+                                  "`batches`, the batches per epoch) and `loss`")
+    metric: str = Field(description="regex with a named group `value` for the headline metric")
+    metric_name: str = "metric"
+    direction: Literal["max", "min"]
+    eval: str | None = Field(default=None, description="regex for evaluation lines; numeric named groups are kept "
+                             "('' for none)")
+    error: str = DEFAULT_ERROR_PATTERN
+
+
+class ParseOverride(_Patterns):
+    """A profile's own log patterns: each key set replaces the shared [parse] key for that profile only."""
+
+    loss: str | None = None
+    metric: str | None = None
+    eval: str | None = Field(default=None, description="'' when this side prints no evaluation lines")
+    error: str | None = None
+    metric_name: str | None = None
+    direction: str | None = None
+
+    @field_validator("metric_name", "direction")
+    @classmethod
+    def _shared(cls, v: str | None) -> str | None:
+        raise ValueError("the metric's name and direction belong to the experiment, not to one side's log format: "
+                         "set them in [parse] (both sides are compared on the same metric)")
+
+
 class Experiment(_Model):
-    short: str = Field(description="command of the short run; placeholders {python} {seed} {run_dir} {steps} and vars")
-    full: str
+    short: str | None = Field(default=None, description="command of the short run; placeholders {python} {seed} "
+                              "{run_dir} {steps} and vars (a profile's own `short` replaces it)")
+    full: str | None = None
     short_steps: int = Field(gt=0)
     full_steps: int = Field(gt=0)
     expected_minutes_short: float = Field(gt=0)
@@ -96,12 +134,32 @@ class Profile(_Model):
                               "the sandbox, never copied; relative to ladder.toml")
     copy_ignore: list[str] = Field(default_factory=list, description="glob patterns left out of each run's copy of "
                                    "the source (big data that a mount provides)")
+    # This side's own way to run and read the program (None: the shared [experiment] / [parse]).
+    short: str | None = Field(default=None, description="this profile's short-run command")
+    full: str | None = Field(default=None, description="this profile's full-run command")
+    cwd: str = Field(default=".", description="working directory of runs, relative to the root of the source copy")
+    parse: ParseOverride | None = None
+    prepare: list[str] = Field(default_factory=list, description="commands run once per source digest (data "
+                               "download, tokenisation) in a scratch copy of the source; the files they create "
+                               "or change are cached and every run sees them read-only")
+    prepare_inputs: list[str] = Field(default_factory=list, description="glob patterns of the source files the "
+                                      "prepare step depends on (default: every file): an edit elsewhere reuses it")
+    prepare_timeout_minutes: float = Field(default=60, gt=0)
 
     @field_validator("platform")
     @classmethod
     def _platform(cls, v: str) -> str:
         if v not in PLATFORMS:
             raise ValueError(f"unknown platform; use one of {', '.join(PLATFORMS)}")
+        return v
+
+    @field_validator("cwd")
+    @classmethod
+    def _cwd(cls, v: str) -> str:
+        p = PurePosixPath(v)
+        if p.is_absolute() or ".." in p.parts:
+            raise ValueError("cwd is a directory inside the source (e.g. 'src' or 'ports/jax'), not an absolute "
+                             "path and not above the source")
         return v
 
 
@@ -141,6 +199,7 @@ class Spec(_Model):
 
     # Set by load_spec, not read from the file.
     path: Path | None = Field(default=None, exclude=True)
+    warnings: list[tuple[str, object, str]] = Field(default_factory=list, exclude=True)  # (key, value, why)
 
     @property
     def workspace(self) -> Path:
@@ -172,8 +231,22 @@ class Spec(_Model):
             raise LadderError(f"no profile {name!r} in {self.path}", f"use one of {sorted(self.profiles)}")
         return self.profiles[name]
 
-    def command(self, kind: str) -> str:
-        return self.experiment.short if kind == "short" else self.experiment.full
+    def command(self, kind: str, profile: str | None = None) -> str:
+        """The command of a short or full run on a profile: the profile's own, else [experiment]'s."""
+        own = getattr(self.profiles[profile], kind, None) if profile in self.profiles else None
+        cmd = own or getattr(self.experiment, kind)
+        if cmd is None:  # load_spec refuses such a spec; a Spec built in code may still lack one
+            raise LadderError(f"no {kind} command for profile {profile!r}",
+                              f"set [experiment] {kind} or [profiles.{profile}] {kind}")
+        return cmd
+
+    def parse_for(self, profile: str | None = None) -> ParseSpec:
+        """The log patterns of a profile: [parse], with the profile's [profiles.<name>.parse] keys replacing it."""
+        over = self.profiles[profile].parse if profile in self.profiles else None
+        if over is None:
+            return self.parse
+        changes = over.model_dump(exclude_unset=True, exclude={"metric_name", "direction"})
+        return self.parse.model_copy(update={k: (v or None) if k == "eval" else v for k, v in changes.items()})
 
     def steps(self, kind: str) -> int:
         return self.experiment.short_steps if kind == "short" else self.experiment.full_steps
@@ -203,22 +276,129 @@ def _semantic_problems(raw: dict[str, Any], base: Path) -> list[tuple[str, objec
             problems.append((f"profiles.{required}", "<missing>", f"add a [profiles.{required}] table"))
     exp = raw.get("experiment") if isinstance(raw.get("experiment"), dict) else {}
     exp_vars = set(exp.get("vars", {}) or {}) if isinstance(exp.get("vars", {}), dict) else set()
-    for kind in ("short", "full"):
-        cmd = exp.get(kind)
-        if not isinstance(cmd, str):
-            continue
-        for name, prof in profiles.items():
-            pvars = set(prof.get("vars", {}) or {}) if isinstance(prof, dict) else set()
-            unknown = _placeholders(cmd) - BUILTIN_PLACEHOLDERS - exp_vars - pvars
-            if unknown:
-                problems.append((f"experiment.{kind}", cmd,
-                                 f"placeholders {sorted(unknown)} are not defined for profile {name!r}: "
-                                 f"add them to [experiment.vars] or [profiles.{name}.vars]"))
     for name, prof in profiles.items():
-        if isinstance(prof, dict) and prof.get("python") and prof.get("setup") and "{env}" not in prof["python"]:
+        prof = prof if isinstance(prof, dict) else {}
+        pvars = set(prof.get("vars", {}) or {}) if isinstance(prof.get("vars", {}), dict) else set()
+        prepared = {"prepared"} if prof.get("prepare") else set()
+        for kind in RUN_KINDS:
+            key, cmd = _command_source(exp, prof, name, kind)
+            if cmd is None:
+                problems.append((f"profiles.{name}.{kind}", "<missing>",
+                                 f"no {kind} command for this profile: set [experiment] {kind} or "
+                                 f"[profiles.{name}] {kind}"))
+                continue
+            if not isinstance(cmd, str):
+                continue
+            unknown = _placeholders(cmd) - BUILTIN_PLACEHOLDERS - prepared - exp_vars - pvars
+            if unknown:
+                hint = (" ({prepared} needs a `prepare` step in this profile)" if "prepared" in unknown else "")
+                problems.append((key, cmd, f"placeholders {sorted(unknown)} are not defined for profile {name!r}: "
+                                 f"add them to [experiment.vars] or [profiles.{name}.vars]{hint}"))
+        for i, cmd in enumerate(prof.get("prepare") or []):
+            if not isinstance(cmd, str):
+                continue
+            unknown = _placeholders(cmd) - PREPARE_PLACEHOLDERS - exp_vars - pvars
+            if unknown:
+                problems.append((f"profiles.{name}.prepare.{i}", cmd,
+                                 f"placeholders {sorted(unknown)} are not defined for a prepare step, which runs "
+                                 "once for every seed ({python}, {prepared} and vars only)"))
+        if prof.get("python") and prof.get("setup") and "{env}" not in str(prof["python"]):
             problems.append((f"profiles.{name}.python", prof["python"],
                              "with `setup`, python must name the built interpreter, e.g. '{env}/bin/python'"))
     return problems
+
+
+def _command_source(exp: dict, prof: dict, name: str, kind: str) -> tuple[str, object]:
+    """Where a profile's command of one kind comes from (its key in the file) and the command."""
+    if prof.get(kind) is not None:
+        return f"profiles.{name}.{kind}", prof[kind]
+    return f"experiment.{kind}", exp.get(kind)
+
+
+class SpecWarning(UserWarning):
+    """Something in a valid spec that will likely make the comparison weak; the CLI prints it."""
+
+
+# A number group should stop at the punctuation around it: `\S+` takes `2.5050;` from `val loss 2.5050; best`.
+PUNCTUATION_SAMPLES = ("1.5;", "1.5,", "1.5)", "1.5]", "1.5|", "1.5%", "10/200", "1.5:")
+NUMBER_GROUP = r"[-+.\w]+"  # digits, sign, point, exponent, nan, inf; stops at ; , ) ] | % / :
+NON_NUMERIC_GROUPS = {"name", "split", "tag", "phase", "mode", "label"}
+
+
+def group_pattern(pattern: str, name: str) -> str | None:
+    """The source text inside the named group `(?P<name>...)` of a regex, or None."""
+    start = pattern.find(f"(?P<{name}>")
+    if start < 0:
+        return None
+    i = start + len(f"(?P<{name}>")
+    depth, in_class, escaped, body = 1, False, False, i
+    while i < len(pattern):
+        c = pattern[i]
+        if escaped:
+            escaped = False
+        elif c == "\\":
+            escaped = True
+        elif in_class:
+            in_class = c != "]" or pattern[i - 1] == "["
+        elif c == "[":
+            in_class = True
+        elif c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+            if depth == 0:
+                return pattern[body:i]
+        i += 1
+    return None
+
+
+def swallows_punctuation(pattern: str, group: str) -> str | None:
+    """The sample (e.g. '1.5;') that the group would capture whole, punctuation included; None if none."""
+    inner = group_pattern(pattern, group)
+    if inner is None:
+        return None
+    try:
+        rx = re.compile(f"(?:{inner})")
+    except re.error:
+        return None
+    return next((s for s in PUNCTUATION_SAMPLES if rx.fullmatch(s)), None)
+
+
+def _is_cpu(profile: Profile) -> bool:
+    return profile.platform in CPU_PLATFORMS or (profile.platform == "xla" and profile.env.get("PJRT_DEVICE") == "CPU")
+
+
+def spec_warnings(spec: Spec) -> list[tuple[str, object, str]]:
+    """What loads fine but will likely weaken the comparison: (key, value, why and the fix)."""
+    out: dict[str, tuple[str, object, str]] = {}
+    exp = spec.experiment.model_dump()
+    for name, prof in spec.profiles.items():
+        for kind in RUN_KINDS:
+            key, cmd = _command_source(exp, prof.model_dump(), name, kind)
+            if isinstance(cmd, str) and "seed" not in _placeholders(cmd) and not spec.probe.seed:
+                out[key] = (key, cmd, "no {seed} in the command and [probe] seed is off: every seed runs the same "
+                            "program, so the baseline's spread is zero (or the clock's): pass the seed with a flag, "
+                            "or set [probe] seed = true for a program that seeds itself from a constant")
+        if _is_cpu(prof) and "OMP_NUM_THREADS" not in prof.env:
+            out[f"profiles.{name}.env"] = (f"profiles.{name}.env", prof.env, "OMP_NUM_THREADS is not set on a CPU "
+                                           "profile: the run takes every core (and whatever this shell sets), which "
+                                           "on a shared machine can make it many times slower and the timings "
+                                           "incomparable: set env = { OMP_NUM_THREADS = \"1\" } (or the cores a run "
+                                           "may use alone)")
+        over = prof.parse.model_dump(exclude_unset=True) if prof.parse else {}
+        for field in ("loss", "metric", "eval"):
+            pattern = over.get(field) or (getattr(spec.parse, field) if field not in over else None)
+            if not pattern:
+                continue
+            key = f"profiles.{name}.parse.{field}" if field in over else f"parse.{field}"
+            for group in re.compile(pattern).groupindex:
+                sample = None if group in NON_NUMERIC_GROUPS else swallows_punctuation(pattern, group)
+                if sample:
+                    out[key] = (key, pattern, f"the group `{group}` would capture {sample!r} whole, punctuation "
+                                f"included, and the number would not read: use (?P<{group}>{NUMBER_GROUP}) (it "
+                                "keeps nan and inf) or a pattern that stops before the punctuation")
+                    break
+    return list(out.values())
 
 
 def load_spec(path: Path | str | None = None) -> Spec:
@@ -244,6 +424,9 @@ def load_spec(path: Path | str | None = None) -> Spec:
     from ladder.migration.protocol import load_protocol
 
     load_protocol(spec.protocol, spec.protocol_overrides or None, base)
+    spec.warnings = spec_warnings(spec)
+    for key, value, why in spec.warnings:
+        warnings.warn(SpecWarning(f"{path}: {key} = {value!r}: {why}"), stacklevel=2)
     return spec
 
 
@@ -255,6 +438,7 @@ def load_spec_protocol(spec: Spec):  # -> Protocol
 
 TEMPLATE = '''# ladder.toml: how ladder runs and reads your training repo, before and after the port.
 # Check it with `ladder run --on reference --kind short`; every problem is reported at once.
+# `ladder init --from-run "python train.py ..."` writes one from what your program really prints.
 
 name = "my-migration"            # names baselines/<name>/ and journals/<name>/
 source = "."                     # the repo to port, relative to this file
@@ -265,7 +449,9 @@ protocol = "ncsu"                # protocols/ncsu.toml (fixed 5%/1% rule) or "xs
 # loss_rel_tol = 0.05
 
 [experiment]
-# Placeholders: {python} (the profile's interpreter), {seed}, {steps}, {run_dir}, and any var below.
+# The default commands of both sides (a profile may set its own `short` / `full`).
+# Placeholders: {python} (the profile's interpreter), {seed}, {steps}, {run_dir}, {prepared} (the
+# profile's prepared data, see `prepare`), and any var below.
 short = "{python} train.py --seed {seed} --steps {steps} --device {device}"
 full = "{python} train.py --seed {seed} --steps {steps} --device {device}"
 short_steps = 200                # the protocol asks for >= 200 steps
@@ -274,19 +460,25 @@ expected_minutes_short = 2       # the timeout is protocol.timeout.factor (10) x
 expected_minutes_full = 30
 
 [parse]
-# Regular expressions matched against every output line (stdout and stderr).
-loss = 'step (?P<step>\\d+) loss (?P<loss>\\S+)'
-metric = 'metric test_acc=(?P<value>\\S+)'
+# Regular expressions searched in every output line (stdout and stderr). A number group should stop
+# at the punctuation around it: [-+.\\w]+ reads 2.5050 from "val loss 2.5050; best ..." (\\S+ would not).
+loss = 'step (?P<step>\\d+) loss (?P<loss>[-+.\\w]+)'
+metric = 'metric test_acc=(?P<value>[-+.\\w]+)'
 metric_name = "test_acc"
 direction = "max"                # "max" if higher is better, else "min"
 eval = 'eval step (?P<step>\\d+) items (?P<items>\\d+)'   # optional
 
+# [probe]
+# seed = true                    # the program has no seed flag: ladder offsets the seeds it sets itself
+
 [profiles.reference]             # the old hardware
 platform = "cpu"                 # cpu, cuda, mps, xla, tpu, jax-cpu, jax-gpu, jax-tpu
 python = "python3"               # an interpreter, or `setup` commands (below)
+env = { OMP_NUM_THREADS = "1" }  # threads left unset take every core: slow and noisy on a shared machine
 price_per_hour = 1.0
 chips = 1
 vars = { device = "cpu" }
+# prepare = ["{python} data/prepare.py"]   # once per source digest; runs see its files read-only
 
 [profiles.target]                # the new hardware
 platform = "xla"
@@ -295,9 +487,15 @@ setup = [                        # run once into a cached environment {env}
   "{env}/bin/pip install torch==2.9.0 torch-xla==2.9.0",
 ]
 python = "{env}/bin/python"
-env = { PJRT_DEVICE = "CPU" }
+env = { PJRT_DEVICE = "CPU", OMP_NUM_THREADS = "1" }
 pass_env = []                    # variables to pass even though they look like secrets
 price_per_hour = 1.0
 chips = 1
 vars = { device = "xla" }
+# The port's own entry script, flags and log lines, when they differ from the reference's:
+# short = "{python} main.py --num-steps {steps} --rng {seed}"
+# full = "{python} main.py --num-steps {steps} --rng {seed}"
+# cwd = "."                      # runs start here, inside the source copy
+# [profiles.target.parse]        # keys set here replace [parse]'s for this side only
+# loss = '^\\| *(?P<step>\\d+) \\| *(?P<loss>[-+.\\w]+)'
 '''

@@ -101,11 +101,15 @@ def copy_source(source: Path, dst: Path, ignore: list[str], mounts: list[Path]) 
     return notes
 
 
-def _command(spec: Spec, profile: Profile, kind: str, seed: int, python: str, run_dir: Path) -> str:
+def _command(spec: Spec, profile_name: str, kind: str, seed: int, python: str, run_dir: Path,
+             prepared: Path | None = None) -> str:
+    profile = spec.profile(profile_name)
     values = {**spec.experiment.vars, **profile.vars, "python": shlex.quote(python), "seed": str(seed),
               "steps": str(spec.steps(kind)), "run_dir": shlex.quote(str(run_dir))}
+    if prepared is not None:
+        values["prepared"] = shlex.quote(str(prepared))
     try:
-        return spec.command(kind).format(**values)
+        return spec.command(kind, profile_name).format(**values)
     except (KeyError, IndexError, ValueError) as e:
         raise LadderError(f"cannot fill the {kind} command's placeholders: {e}",
                           "define every {placeholder} in [experiment.vars] or the profile's vars")
@@ -125,6 +129,9 @@ def execute_run(spec: Spec, profile_name: str, kind: str, seed: int = 0, source:
     if not source.is_dir():
         raise LadderError(f"source {source} is not a directory", "pass --source DIR of a checkout")
     env_info = profile_environment(profile, progress)
+    from ladder.runs.prepare import ensure_prepared, link_prepared
+
+    prepared = ensure_prepared(spec, profile_name, source, env_info.python, progress)
     from ladder.migration.workspace import changes, protected_state
 
     guarded = protected_state(spec)
@@ -138,11 +145,18 @@ def execute_run(spec: Spec, profile_name: str, kind: str, seed: int = 0, source:
     run_dir.mkdir(parents=True, exist_ok=True)
     link_notes: list[str] = []
     if profile.workdir == "copy":
-        cwd = run_dir / "work"
-        link_notes = copy_source(source, cwd, profile.copy_ignore, mounts)
+        root = run_dir / "work"
+        link_notes = copy_source(source, root, profile.copy_ignore, mounts)
+        if prepared is not None:
+            link_notes += [f"{p} -> the prepared data (read-only)" for p in link_prepared(prepared, root)]
     else:
-        cwd = source
-    command = _command(spec, profile, kind, seed, env_info.python, run_dir)
+        root = source
+    cwd = root / profile.cwd
+    if not cwd.is_dir():
+        raise LadderError(f"profile {profile_name!r}: cwd {profile.cwd!r} is not a directory of {source}",
+                          "fix the profile's `cwd` (a directory inside the source)")
+    command = _command(spec, profile_name, kind, seed, env_info.python, run_dir,
+                       prepared.out if prepared is not None else None)
 
     packages: list[str] = []
     freezer = threading.Thread(target=lambda: packages.extend(package_list(env_info.python)), daemon=True)
@@ -152,20 +166,23 @@ def execute_run(spec: Spec, profile_name: str, kind: str, seed: int = 0, source:
     env.update(profile.env)
     env.update(probe_env(run_dir / "probe", spec.probe.model_dump()))
     env.update({"PYTHONUNBUFFERED": "1", "LADDER_RUN_DIR": str(run_dir), "LADDER_SEED": str(seed)})
+    if prepared is not None:
+        env["LADDER_PREPARED"] = str(prepared.out)
     timeout = timeout_s if timeout_s is not None else timeout_for(spec, protocol, kind)
     from ladder.runs.probe_report import PROBE_DIR
     from ladder.runs.envs import cache_root
     from ladder.runs.runner.sandbox import interpreter_paths
 
     read_only = [*interpreter_paths(env_info.python), PROBE_DIR, cache_root() / "envs", *mounts]
+    read_only += [prepared.out] if prepared is not None else []
     read_only += [Path(p) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    writable = [run_dir] + ([cwd] if profile.workdir == "inplace" else [])
+    writable = [run_dir] + ([root] if profile.workdir == "inplace" else [])
 
-    parser = OutputParser(spec.parse)
+    parser = OutputParser(spec.parse_for(profile_name))
     record = RunRecord(
         run_id=run_dir.name, kind=kind, profile=profile_name, platform=profile.platform, seed=seed,  # type: ignore[arg-type]
         command=command, cwd=str(cwd), started_at=time.time(), timeout_s=timeout,
-        metric_name=spec.parse.metric_name, metric_direction=spec.parse.direction,
+        metric_name=spec.parse_for(profile_name).metric_name, metric_direction=spec.parse_for(profile_name).direction,
         provenance=provenance(source, env_info.python, []), price_per_hour=profile.price_per_hour,
         chips=profile.chips, notes=[f"scrubbed from the environment: {', '.join(removed)}"] if removed else [],
         sandbox=sandbox,
@@ -175,6 +192,9 @@ def execute_run(spec: Spec, profile_name: str, kind: str, seed: int = 0, source:
         if progress:
             progress("warning", {"message": sandbox_warning})
     record.notes += [f"link kept: {n}" for n in link_notes]
+    if prepared is not None:
+        record.notes.append(f"prepared data {prepared.key} ({'prepared now' if prepared.built_now else 'cached'}): "
+                            f"{prepared.out}")
     record.save(run_dir)  # a crash from here on still leaves a record with ended_at = None
     if progress:
         progress("start", {"run_dir": str(run_dir), "command": command, "timeout_s": timeout})

@@ -222,7 +222,7 @@ def run_agent_step(m: Migration, n: int, parent: int, agent: Agent, baseline: Ba
         reference_platform=m.spec.profile("reference").platform,
         spec_text=m.spec.path.read_text() if m.spec.path else "", journal_summary=journal_summary(m),
         last_notes=feedback, feedback_dir=feedback_dir, read_only=agent_read_only(m),
-        short_command=m.spec.experiment.short, session_minutes=m.protocol.agent.session_minutes,
+        short_command=m.spec.command("short", "target"), session_minutes=m.protocol.agent.session_minutes,
     )
     try:
         from ladder.agents.prompts import build_attempt_prompt, build_system_prompt
