@@ -67,7 +67,7 @@ def not_checked(level: str, name: str, why: str) -> CheckResult:
 
 def _load_builtin() -> None:
     # Importing the level modules registers their checks (idempotent: modules import once).
-    from ladder.checks import l0, l1, l2, l3, l4  # noqa: F401
+    from ladder.checks import l0, l1, l2, l3, l4, load_back, parity  # noqa: F401
 
 
 def achieved_level(checks: list[CheckResult]) -> str | None:
