@@ -317,6 +317,18 @@ metric_name = "test_acc"
 direction = "max"                # "max" if higher is better, else "min"
 eval = 'eval step (?P<step>\\d+) items (?P<items>\\d+)'   # optional
 
+# Optional: tensor-level parity (L1 `parity`) and the port's weights loaded back (L3 `weights_load_back`).
+# [parity]
+# reference = "parity_adapter:parity"   # module:function in this repo (convention: ladder/parity/side.py)
+# target = "parity_adapter:parity"      # module:function in the port
+# evaluate = "parity_adapter:evaluate"  # this repo's own evaluation of named weights
+# export = "weights.npz"                # the weights the port's full run writes, keyed by this repo's names
+
+# Optional: `ladder grade` (the XStack grading of the finished port).
+# [grade]
+# setup = "setup_env.sh"                # the port's own setup file (or a requirements.txt)
+# test_split = ["data/test.npz"]        # the data files evaluation should read
+
 [profiles.reference]             # the old hardware
 platform = "cpu"                 # cpu, cuda, mps, xla, tpu, jax-cpu, jax-gpu, jax-tpu
 python = "python3"               # an interpreter, or `setup` commands (below)

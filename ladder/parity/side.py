@@ -118,6 +118,22 @@ def _write_json(path: str, data: dict) -> None:
     os.replace(tmp, path)
 
 
+def _failed(meta: dict, e: Exception) -> int:
+    traceback.print_exc()
+    meta["error"] = f"{type(e).__name__}: {e}"
+    return 1
+
+
+def _finish(meta: dict, weights: "Weights | None", t0: float, path: str, rc: int) -> int:
+    """Record how often each weight was read and the time taken, write the side's JSON, say so."""
+    if weights is not None:
+        meta["reads"] = dict(weights.reads)
+    meta["wall_s"] = round(time.perf_counter() - t0, 3)
+    _write_json(path, meta)
+    print(f"{meta['mode']} side done: {'ok' if rc == 0 else meta['error']}", flush=True)
+    return rc
+
+
 def run_parity(args: argparse.Namespace) -> int:
     meta: dict = {"mode": "parity", "adapter": args.adapter, "steps": args.steps, "seed": args.seed,
                   "side": "reference" if not args.inputs else "target", "error": None}
@@ -154,15 +170,8 @@ def run_parity(args: argparse.Namespace) -> int:
         meta["transplant"] = list(out.get("transplant") or [])
         rc = 0
     except Exception as e:
-        traceback.print_exc()
-        meta["error"] = f"{type(e).__name__}: {e}"
-        rc = 1
-    if weights is not None:
-        meta["reads"] = dict(weights.reads)
-    meta["wall_s"] = round(time.perf_counter() - t0, 3)
-    _write_json(os.path.join(args.out, "parity.json"), meta)
-    print(f"parity side done: {'ok' if rc == 0 else meta['error']}", flush=True)
-    return rc
+        rc = _failed(meta, e)
+    return _finish(meta, weights, t0, os.path.join(args.out, "parity.json"), rc)
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
@@ -181,17 +190,11 @@ def run_evaluate(args: argparse.Namespace) -> int:
         meta["error"] = "the weights do not load strictly into the reference model"
         rc = 1
     except Exception as e:
-        traceback.print_exc()
-        meta["error"] = f"{type(e).__name__}: {e}"
-        rc = 1
+        rc = _failed(meta, e)
     if weights is not None:
         meta["strict"] = weights.problems or None
-        meta["reads"] = dict(weights.reads)
         meta["shapes"] = weights.shapes()
-    meta["wall_s"] = round(time.perf_counter() - t0, 3)
-    _write_json(os.path.join(args.out, "evaluate.json"), meta)
-    print(f"evaluate side done: {meta['metric'] if rc == 0 else meta['error']}", flush=True)
-    return rc
+    return _finish(meta, weights, t0, os.path.join(args.out, "evaluate.json"), rc)
 
 
 def main(argv: list | None = None) -> int:
