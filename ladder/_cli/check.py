@@ -14,6 +14,7 @@ from ladder.migration.protocol import load_protocol
 from ladder.runs.records import RunRecord
 from ladder._util.errors import LadderError
 from ladder.migration.spec import load_spec, load_spec_protocol
+from ladder.parity.context import check_options
 
 
 def cell(value: object, width: int = 60) -> str:
@@ -34,7 +35,8 @@ def cell(value: object, width: int = 60) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def check_run(run_dir: Path, spec_path: Path | None, baseline_dir: Path | None, full_run: Path | None = None):
+def check_run(run_dir: Path, spec_path: Path | None, baseline_dir: Path | None, full_run: Path | None = None,
+              parity_dir: Path | None = None, load_back_dir: Path | None = None):
     record = RunRecord.load(run_dir)
     spec = load_spec(spec_path) if spec_path is not None and Path(spec_path).exists() else None
     protocol = load_spec_protocol(spec) if spec else load_protocol()
@@ -54,7 +56,8 @@ def check_run(run_dir: Path, spec_path: Path | None, baseline_dir: Path | None, 
     expected = spec.profile(record.profile).platform if spec and record.profile in spec.profiles else record.platform
     ctx = CheckContext(run=record, protocol=protocol, baseline=baseline, expected_platform=expected,
                        full_run=RunRecord.load(full_run) if full_run else None,
-                       options={"run_dir": str(run_dir)})
+                       options={"run_dir": str(run_dir),
+                                **check_options(spec, Path(run_dir), parity_dir, load_back_dir)})
     return run_ladder(ctx)
 
 
@@ -82,6 +85,9 @@ def check(
     baseline_dir: Path | None = typer.Option(None, "--baseline", help="Baseline dir (default: the one the migration "
                                              "pinned, else the spec's latest)."),
     full_run: Path | None = typer.Option(None, "--full-run", help="The attempt's full run, for L3/L4."),
+    parity_dir: Path | None = typer.Option(None, "--parity", help="The sides `ladder parity` wrote (L1 parity)."),
+    load_back_dir: Path | None = typer.Option(None, "--load-back", help="The evaluation `ladder load-back` wrote "
+                                              "(L3 weights_load_back)."),
     require: str | None = typer.Option(None, "--require", help="Exit 1 below this level (L0-L4). Default: the level "
                                        "declared for the run's attempt, else L0."),
     spec_path: Path = typer.Option(Path("ladder.toml"), "--spec", help="The migration spec."),
@@ -92,7 +98,7 @@ def check(
 
     if require is not None and require.upper() not in LEVELS:
         raise LadderError(f"--require {require!r} is not a level", f"use one of {', '.join(LEVELS)}")
-    result = check_run(run_dir, spec_path, baseline_dir, full_run)
+    result = check_run(run_dir, spec_path, baseline_dir, full_run, parity_dir, load_back_dir)
     d = display()
     if as_json:
         d.json(result.to_json_dict())

@@ -38,6 +38,7 @@ from ladder.journal.entries import (
     DecisionEntry,
     DeclarationEntry,
     FailureNote,
+    GradeEntry,
     MigrationEntry,
     NoteFixEntry,
     RunEntry,
@@ -132,6 +133,7 @@ class History(BaseModel):
     decisions: list[DecisionEntry] = Field(default_factory=list)
     notes: list[NoteView] = Field(default_factory=list)
     stop: StopEntry | None = None
+    grades: list[GradeEntry] = Field(default_factory=list)  # `ladder grade`, in order
     problems: list[str] = Field(default_factory=list)  # entries whose content could not be read
 
 
@@ -175,6 +177,8 @@ def load_history(path: Path, root: Path | None = None) -> History:
             h.decisions.append(c)
         elif isinstance(c, StopEntry):
             h.stop = c
+        elif isinstance(c, GradeEntry):
+            h.grades.append(c)
         elif isinstance(c, NoteFixEntry):
             fixes[c.note_seq] = (c.fix, e.author)
         elif isinstance(c, FailureNote):
@@ -204,7 +208,7 @@ def load_history(path: Path, root: Path | None = None) -> History:
 
 
 _READ = frozenset({"migration", "baseline", "attempt", "declaration", "run", "check", "failure_note", "note_fix",
-                   "attempt_result", "decision", "agent_cost", "stop"})
+                   "attempt_result", "decision", "agent_cost", "stop", "grade"})
 
 
 # ------------------------------------------------------------------ the audit
@@ -229,6 +233,7 @@ class MigrationAudit(BaseModel):
     final_level: str | None
     milestones: list[Milestone]
     cost_usd: float | None
+    grade: str | None = None  # the outcome of its latest `ladder grade` (stage and outcome)
 
 
 class AuditResult(BaseModel):
@@ -247,6 +252,7 @@ class AuditResult(BaseModel):
     interventions_per_migration: float | None
     matrix: dict[str, dict[str, int]]  # declared -> achieved -> attempts (judged attempts)
     migrations: list[MigrationAudit]
+    caught_by: dict[str, int] = Field(default_factory=dict)  # check -> attempts it stopped (parity, load-back...)
     problems: list[str] = Field(default_factory=list)  # unreadable entries, left out of the numbers
 
     def matrix_frame(self) -> pd.DataFrame:
@@ -334,7 +340,13 @@ def audit(histories: list[History]) -> AuditResult:
             failures=len(mf), silent_failures=int(mf["silent"].sum()), interventions=len(h.decisions),
             final_level=h.stop.final_level if h.stop else (
                 max((a.achieved_level for a in h.attempts), key=level_index, default=None)),
-            milestones=_milestones(h, frame), cost_usd=sum(costs) if costs else None))
+            milestones=_milestones(h, frame), cost_usd=sum(costs) if costs else None,
+            grade=f"{h.grades[-1].stage}: {h.grades[-1].outcome}" if h.grades else None))
+    caught: dict[str, int] = {}
+    for h in histories:
+        for a in h.attempts:
+            for name in (a.result.caught_by if a.result is not None else []):
+                caught[name] = caught.get(name, 0) + 1
     interventions = sum(len(h.decisions) for h in histories)
     return AuditResult(
         journals=[h.path for h in histories], attempts=len(frame), judged=len(judged), overclaims=len(over),
@@ -344,7 +356,7 @@ def audit(histories: list[History]) -> AuditResult:
         failures=len(fails), silent_failures=int(fails["silent"].sum()),
         silent_share=_ratio(int(fails["silent"].sum()), len(fails)),
         interventions=interventions, interventions_per_migration=_ratio(interventions, len(histories)),
-        matrix=matrix, migrations=migrations,
+        matrix=matrix, migrations=migrations, caught_by=dict(sorted(caught.items())),
         problems=[f"{h.path}: {p}" for h in histories for p in h.problems])
 
 
@@ -377,7 +389,9 @@ def audit_markdown(a: AuditResult) -> str:
         f"mean declared minus achieved: {fmt_num(a.mean_gap_levels)} levels",
         f"- silent failures: {fmt_pct(a.silent_share)} ({a.silent_failures} of {a.failures} failed runs exited 0 "
         "with no error)",
-        f"- interventions: {a.interventions} ({fmt_num(a.interventions_per_migration)} per migration)", "",
+        f"- interventions: {a.interventions} ({fmt_num(a.interventions_per_migration)} per migration)",
+        "- caught by (attempts each check stopped): "
+        + (", ".join(f"{k} {v}" for k, v in a.caught_by.items()) or "none"), "",
     ]
     if a.problems:
         lines += ["Entries left out (unreadable):", ""] + [f"- {p}" for p in a.problems] + [""]
@@ -397,7 +411,7 @@ def audit_markdown(a: AuditResult) -> str:
                   for s in m.milestones]
         lines.append(f"| {m.name} | {m.attempts} | {m.overclaims}/{m.judged} | {m.failures} ({m.silent_failures}) | "
                      f"{m.interventions} | {m.final_level or 'none'} | " + " | ".join(firsts)
-                     + f" | {fmt_num(m.cost_usd)} |")
+                     + f" | {fmt_num(m.cost_usd)} |" + (f" grade {m.grade}" if m.grade else ""))
     return "\n".join(lines) + "\n"
 
 

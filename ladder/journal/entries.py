@@ -93,7 +93,7 @@ class DeclarationEntry(EntryContent):
 class RunEntry(EntryContent):
     entry_kind: ClassVar[str] = "run"
     run_dir: str
-    kind: Literal["short", "full"]
+    kind: Literal["short", "full", "parity", "evaluate"]
     seed: int
     profile: str
     exit_code: int | None
@@ -175,10 +175,32 @@ class StopEntry(EntryContent):
     final_level: Level | None
 
 
+class JudgeVerdict(BaseModel):
+    """The optional LLM judge's verdict: recorded beside the rule-based judges, never instead of them."""
+
+    model: str
+    verdict: Literal["pass", "reject", "unsure"]
+    reasons: list[str] = Field(default_factory=list)
+    error: str | None = None  # the judge could not answer (API error, unreadable reply)
+
+
+class GradeEntry(EntryContent):
+    """`ladder grade` of a finished migration (XStack): stage 1, the frozen code's second stage, or the freeze."""
+
+    entry_kind: ClassVar[str] = "grade"
+    stage: Literal["stage1", "stage2", "freeze"]
+    branch: str
+    commit: str
+    outcome: str  # "pass" or one of XStack's failure classes (ladder.grade.grader.OUTCOMES)
+    checks: list[dict[str, Any]] = Field(default_factory=list)  # the rule-based judges: CheckResult each
+    judge: JudgeVerdict | None = None
+    refs: list[Ref] = Field(default_factory=list)  # the fresh re-run's directory
+
+
 KIND_MODELS: dict[str, type[EntryContent]] = {
     m.entry_kind: m
     for m in (MigrationEntry, BaselineEntry, AttemptEntry, DeclarationEntry, RunEntry, CheckEntry, FailureNote,
-              NoteFixEntry, AttemptResultEntry, DecisionEntry, AgentCostEntry, StopEntry)
+              NoteFixEntry, AttemptResultEntry, DecisionEntry, AgentCostEntry, StopEntry, GradeEntry)
 }
 
 

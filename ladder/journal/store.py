@@ -49,6 +49,7 @@ KINDS: tuple[str, ...] = (
     "decision",
     "agent_cost",
     "stop",
+    "grade",  # `ladder grade`: rule-based judges of a finished migration, an optional LLM judge beside them
 )
 # Kinds that only make sense inside one attempt; the declaration rule needs the attempt number.
 ATTEMPT_KINDS = frozenset({"attempt", "declaration", "check"})

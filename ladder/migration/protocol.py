@@ -90,6 +90,33 @@ class AgentRules(_Section):
     sandbox: Literal["auto", "bwrap", "none"]
 
 
+class ParityTolerance(_Section):
+    """How close two sides' tensors must be, for one numeric regime (fp32 on CPU, bf16, TPU)."""
+
+    output_rtol: float  # every output element: |target - reference| <= output_atol + output_rtol * |reference|
+    output_atol: float
+    loss_rtol: float
+    grad_rel: float  # ||target - reference|| / ||reference|| of each parameter's gradient
+    grad_min_cos: float
+    param_rel: float  # after K steps: ||target - reference|| / ||reference update|| of each parameter
+    param_min_cos: float  # cosine of the two sides' updates (parameters after K steps minus the initial ones)
+
+
+class ParityRules(_Section):
+    steps: int  # K: optimizer steps on the reference's fixed batches, dropout off
+    timeout_minutes: float  # each side's run
+    tolerances: dict[str, ParityTolerance]
+    load_back_metric_rel_tol: float  # weights_load_back: the reference's metric on the port's weights vs the port's
+
+
+class GradeRules(_Section):
+    stage2_allowed: list[str]  # globs a frozen second stage may change; {entry} is the spec's [grade].entry
+    metric_literal_digits: int  # a literal in the diff equal to the metric to this many significant digits
+    judge_model: str
+    judge_rubric: str  # relative to the protocols directory
+    judge_max_tokens: int
+
+
 class Limits(_Section):
     max_attempts_without_l0: int
     max_hours_without_l0: float
@@ -108,6 +135,8 @@ class Protocol(_Section):
     l4: L4Rules
     limits: Limits
     agent: AgentRules
+    parity: ParityRules
+    grade: GradeRules
     source_path: str = ""  # where it was loaded from (provenance, not a threshold)
 
 

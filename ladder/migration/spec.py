@@ -176,6 +176,37 @@ class ProbeSpec(_Model):
                        "programs without a seed flag")
 
 
+ADAPTER = r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$"
+
+
+class ParitySpec(_Model):
+    """Tensor-level parity (L1 `parity`) and the port's weights loaded back (L3 `weights_load_back`).
+    Adapters are `module:function` names in each side's own source (ladder/parity/side.py: the convention)."""
+
+    reference: str = Field(pattern=ADAPTER, description="the reference's adapter: draws its initial weights and "
+                           "fixed batches, returns outputs, loss, gradients and parameters after K steps")
+    target: str = Field(pattern=ADAPTER, description="the port's adapter: the same, from the reference's weights")
+    evaluate: str | None = Field(default=None, pattern=ADAPTER, description="in the reference: its own evaluation "
+                                 "of named weights (weights_load_back)")
+    export: str | None = Field(default=None, description="the weights file (.npz, the reference's names) the port's "
+                               "full run writes in its working directory; kept in the run directory")
+    tolerance: str = Field(default="auto", description="a [parity.tolerances] table of the protocol; auto: tpu on a "
+                           "TPU platform, else fp32-cpu")
+    seed: int = 0
+
+
+class GradeSpec(_Model):
+    """`ladder grade`: how the finished port is re-run from nothing, and what its evaluation may read."""
+
+    setup: str = Field(description="the port's own setup file, relative to its root: a requirements*.txt (installed "
+                       "into a fresh venv) or a shell script run as `bash FILE ENV_DIR` that creates ENV_DIR/bin/python")
+    entry: str = Field(default="train.py", description="the entry script: a frozen second stage may change it")
+    test_split: list[str] = Field(default_factory=list, description="data files of the test split (relative to the "
+                                  "port's root): evaluation should read these")
+    train_split: list[str] = Field(default_factory=list, description="data files of the training split: evaluation "
+                                   "must not read these")
+
+
 class GitHubSpec(_Model):
     """One pull request per attempt, opened when GITHUB_TOKEN is set (never read from the spec)."""
 
@@ -196,6 +227,8 @@ class Spec(_Model):
     timeout_minutes: float | None = Field(default=None, gt=0, description="overrides factor x expected minutes")
     github: GitHubSpec | None = None
     probe: ProbeSpec = Field(default_factory=ProbeSpec)
+    parity: ParitySpec | None = None
+    grade: GradeSpec | None = None
 
     # Set by load_spec, not read from the file.
     path: Path | None = Field(default=None, exclude=True)
@@ -423,7 +456,10 @@ def load_spec(path: Path | str | None = None) -> Spec:
     # The protocol must load too (with the overrides) before anything runs.
     from ladder.migration.protocol import load_protocol
 
-    load_protocol(spec.protocol, spec.protocol_overrides or None, base)
+    protocol = load_protocol(spec.protocol, spec.protocol_overrides or None, base)
+    if spec.parity and spec.parity.tolerance not in ("auto", *protocol.parity.tolerances):
+        raise SpecError(str(path), [("parity.tolerance", spec.parity.tolerance,
+                                     f"use auto or one of the protocol's {sorted(protocol.parity.tolerances)}")])
     spec.warnings = spec_warnings(spec)
     for key, value, why in spec.warnings:
         warnings.warn(SpecWarning(f"{path}: {key} = {value!r}: {why}"), stacklevel=2)
@@ -470,6 +506,18 @@ eval = 'eval step (?P<step>\\d+) items (?P<items>\\d+)'   # optional
 
 # [probe]
 # seed = true                    # the program has no seed flag: ladder offsets the seeds it sets itself
+
+# Optional: tensor-level parity (L1 `parity`) and the port's weights loaded back (L3 `weights_load_back`).
+# [parity]
+# reference = "parity_adapter:parity"   # module:function in this repo (convention: ladder/parity/side.py)
+# target = "parity_adapter:parity"      # module:function in the port
+# evaluate = "parity_adapter:evaluate"  # this repo's own evaluation of named weights
+# export = "weights.npz"                # the weights the port's full run writes, keyed by this repo's names
+
+# Optional: `ladder grade` (the XStack grading of the finished port).
+# [grade]
+# setup = "setup_env.sh"                # the port's own setup file (or a requirements.txt)
+# test_split = ["data/test.npz"]        # the data files evaluation should read
 
 [profiles.reference]             # the old hardware
 platform = "cpu"                 # cpu, cuda, mps, xla, tpu, jax-cpu, jax-gpu, jax-tpu

@@ -15,6 +15,7 @@ from ladder.journal.audit import AttemptView, NoteView, fmt_duration, fmt_num, f
 from ladder.journal.entries import CheckEntry
 from ladder.checks.results import level_index
 from ladder.report.build import ReportData
+from ladder.report.parity import parity_html, parity_markdown
 from ladder.report.plots import attempt_color, loss_curves_png, metric_png
 from ladder.checks.stats import grad_norm_series
 
@@ -180,7 +181,7 @@ def _attempt_html(i: int, a: AttemptView) -> str:
         extra.append(f"agent {a.cost.input_tokens or 0}+{a.cost.output_tokens or 0} tokens, "
                      f"${fmt_num(a.cost.cost_usd)}, {a.cost.turns or 0} turns")
     lines.append(f"<p class='sub'>{_e(' · '.join(extra))}</p>")
-    lines += [_checks_html(c) for c in a.checks]
+    lines += [_checks_html(c) for c in a.checks] + [parity_html(a.checks)]
     lines.append("</div>")
     return "\n".join(lines)
 
@@ -275,5 +276,6 @@ def render_markdown(d: ReportData, images: dict[str, str] | None = None) -> str:
             out += [f"| {r.get('level')} | {r.get('name')} | {r.get('status')} | {_md_cell(r.get('measured'))} | "
                     f"{_md_cell(r.get('threshold'))} | {_md_cell(r.get('evidence'))} |" for r in c.checks]
             out.append("")
+        out += parity_markdown(a.checks)
     out += ["## Failure notes", "", notes_markdown(h.notes)]
     return "\n".join(out)

@@ -102,33 +102,61 @@ def copy_source(source: Path, dst: Path, ignore: list[str], mounts: list[Path]) 
 
 
 def _command(spec: Spec, profile_name: str, kind: str, seed: int, python: str, run_dir: Path,
-             prepared: Path | None = None) -> str:
+             prepared: Path | None = None, template: str | None = None) -> str:
     profile = spec.profile(profile_name)
     values = {**spec.experiment.vars, **profile.vars, "python": shlex.quote(python), "seed": str(seed),
               "steps": str(spec.steps(kind)), "run_dir": shlex.quote(str(run_dir))}
     if prepared is not None:
         values["prepared"] = shlex.quote(str(prepared))
     try:
-        return spec.command(kind, profile_name).format(**values)
+        return (template or spec.command(kind, profile_name)).format(**values)
     except (KeyError, IndexError, ValueError) as e:
         raise LadderError(f"cannot fill the {kind} command's placeholders: {e}",
                           "define every {placeholder} in [experiment.vars] or the profile's vars")
 
 
+def _pattern_notes(parser: OutputParser) -> list[str]:
+    notes = []
+    if parser.line_count and parser.loss_lines == 0:
+        notes.append("the loss pattern matched no line: see first_lines and fix [parse].loss")
+    if parser.line_count and parser.metric_raw is None:
+        notes.append("the metric pattern matched no line: see last_lines and fix [parse].metric")
+    elif parser.metric_raw is not None and parser.metric is None:
+        notes.append(f"the metric pattern matched but {parser.metric_raw!r} is not a number")
+    return notes
+
+
+def collect_export(spec: Spec, kind: str, cwd: Path, run_dir: Path) -> list[str]:
+    """A full run's exported weights ([parity].export, written in its working directory) move into the run
+    directory, where the manifest seals them and the copy of the code can be deleted."""
+    name = spec.parity.export if spec.parity else None
+    if kind != "full" or not name or cwd == run_dir:
+        return []
+    src, dst = (cwd / name).resolve(), (run_dir / Path(name).name)
+    if cwd.resolve() not in src.parents or not src.is_file():
+        return [f"the full run wrote no {name} ([parity].export) in its working directory"]
+    shutil.move(str(src), str(dst))
+    return [f"exported weights kept: {dst.name}"]
+
+
 def execute_run(spec: Spec, profile_name: str, kind: str, seed: int = 0, source: Path | None = None,
                 run_dir: Path | None = None, progress: Progress | None = None,
-                timeout_s: float | None = None) -> RunRecord:
-    """Run the experiment once and return its record (also saved as run_dir/run.json)."""
+                timeout_s: float | None = None, command: str | None = None,
+                environment: Environment | None = None) -> RunRecord:
+    """Run the experiment once and return its record (also saved as run_dir/run.json).
+
+    `command` replaces the spec's command of that kind (a parity side, ladder.parity); `environment`
+    replaces the profile's (a fresh re-run built from the port's own setup file, ladder.grade)."""
     from ladder.runs.probe_report import merge_reports, probe_env
 
-    if kind not in ("short", "full"):
+    if kind not in ("short", "full") and command is None:
         raise LadderError(f"unknown run kind {kind!r}", "use --kind short or --kind full")
     protocol = load_spec_protocol(spec)
     profile = spec.profile(profile_name)
     source = (source or spec.source_dir).resolve()
     if not source.is_dir():
         raise LadderError(f"source {source} is not a directory", "pass --source DIR of a checkout")
-    env_info = profile_environment(profile, progress)
+    env_info = environment or profile_environment(profile, progress)
     from ladder.runs.prepare import ensure_prepared, link_prepared
 
     prepared = ensure_prepared(spec, profile_name, source, env_info.python, progress)
@@ -156,7 +184,7 @@ def execute_run(spec: Spec, profile_name: str, kind: str, seed: int = 0, source:
         raise LadderError(f"profile {profile_name!r}: cwd {profile.cwd!r} is not a directory of {source}",
                           "fix the profile's `cwd` (a directory inside the source)")
     command = _command(spec, profile_name, kind, seed, env_info.python, run_dir,
-                       prepared.out if prepared is not None else None)
+                       prepared.out if prepared is not None else None, command)
 
     packages: list[str] = []
     freezer = threading.Thread(target=lambda: packages.extend(package_list(env_info.python)), daemon=True)
@@ -164,10 +192,6 @@ def execute_run(spec: Spec, profile_name: str, kind: str, seed: int = 0, source:
 
     env, removed = scrubbed_env(dict(os.environ), profile.pass_env)
     env.update(profile.env)
-    env.update(probe_env(run_dir / "probe", spec.probe.model_dump()))
-    env.update({"PYTHONUNBUFFERED": "1", "LADDER_RUN_DIR": str(run_dir), "LADDER_SEED": str(seed)})
-    if prepared is not None:
-        env["LADDER_PREPARED"] = str(prepared.out)
     timeout = timeout_s if timeout_s is not None else timeout_for(spec, protocol, kind)
     from ladder.runs.probe_report import PROBE_DIR
     from ladder.runs.envs import cache_root
@@ -177,6 +201,13 @@ def execute_run(spec: Spec, profile_name: str, kind: str, seed: int = 0, source:
     read_only += [prepared.out] if prepared is not None else []
     read_only += [Path(p) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     writable = [run_dir] + ([root] if profile.workdir == "inplace" else [])
+    from ladder.runs.integrity import allowed_roots
+
+    probe_opts = {**spec.probe.model_dump(), "roots": allowed_roots(read_only, writable)}
+    env.update(probe_env(run_dir / "probe", probe_opts))
+    env.update({"PYTHONUNBUFFERED": "1", "LADDER_RUN_DIR": str(run_dir), "LADDER_SEED": str(seed)})
+    if prepared is not None:
+        env["LADDER_PREPARED"] = str(prepared.out)
 
     parser = OutputParser(spec.parse_for(profile_name))
     record = RunRecord(
@@ -234,17 +265,14 @@ def execute_run(spec: Spec, profile_name: str, kind: str, seed: int = 0, source:
     record.provenance.packages = packages
     record.probe = merge_reports(run_dir / "probe")
     record.integrity = changes(guarded, protected_state(spec))
+    record.notes += collect_export(spec, kind, cwd, run_dir)
     if parser.unreadable:
         record.notes.append(f"{parser.unreadable} loss lines matched [parse].loss but their step or loss is not a number")
     if parser.repeated_steps:
         record.notes.append(f"{parser.repeated_steps} loss lines repeat or go back to an earlier step (first: step "
                             f"{parser.first_repeat}): the curve is read in the order printed; check [parse].loss")
-    if parser.line_count and parser.loss_lines == 0:
-        record.notes.append("the loss pattern matched no line: see first_lines and fix [parse].loss")
-    if parser.line_count and parser.metric_raw is None:
-        record.notes.append("the metric pattern matched no line: see last_lines and fix [parse].metric")
-    elif parser.metric_raw is not None and parser.metric is None:
-        record.notes.append(f"the metric pattern matched but {parser.metric_raw!r} is not a number")
+    if kind in ("short", "full"):
+        record.notes += _pattern_notes(parser)
     record.save(run_dir)
     write_manifest(run_dir)
     if progress:

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ladder._util.errors import LadderError
 
 RUN_SCHEMA = 1
-RunKind = Literal["short", "full"]
+RunKind = Literal["short", "full", "parity", "evaluate"]  # parity, evaluate: a side of ladder.parity
 
 
 class LossPoint(BaseModel):

@@ -408,9 +408,12 @@ def check_entry(m: Migration, n: int, kind: str) -> Entry | None:
 def _judge(m: Migration, n: int, kind: str, baseline: Baseline) -> Entry:
     run = ensure_run(m, n, kind)
     run_dir = m.workspace / _run_entries(m, n, kind)[-1].content["run_dir"]
+    from ladder.parity.attempts import parity_options
+
     ctx = CheckContext(run=run, protocol=m.protocol, baseline=baseline,
                        expected_platform=m.spec.profile("target").platform,
-                       full_run=run if kind == "full" else None, options={"run_dir": m.rel(run_dir)})
+                       full_run=run if kind == "full" else None,
+                       options={"run_dir": m.rel(run_dir), **parity_options(m, n, kind, run, run_dir)})
     result = run_ladder(ctx, up_to="L4" if kind == "full" else "L2")
     result.run_dir = str(run_dir)
     entry = je.append_check(m.journal, n, result, kind, root=m.workspace)

@@ -396,9 +396,9 @@ def install() -> None:
     t0 = time.perf_counter()
     opts.clear()
     opts.update(_read_options())
-    from _ladder_probe import jax_facts, optax_facts, seed, torch_facts, xla_facts
+    from _ladder_probe import integrity, jax_facts, optax_facts, seed, torch_facts, xla_facts
 
-    _modules[:] = [torch_facts, xla_facts, jax_facts, optax_facts, seed]
+    _modules[:] = [torch_facts, xla_facts, jax_facts, optax_facts, seed, integrity]
     _reset()
     hooks: dict = {"multiprocessing.util": [guard("multiprocessing hook")(_on_mp_util)]}
     for mod in _modules:

@@ -10,12 +10,16 @@ fc2, norm2, head) so weights map back onto the PyTorch state dict
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import linen as nn
 
 LAYER_NORM_EPS = 1e-5  # torch.nn.LayerNorm default; flax's default is 1e-6
+# flax leaf -> (torch parameter name, transposed): Dense kernels are (in, out), Linear weights (out, in)
+TORCH_NAMES = {"kernel": ("weight", True), "bias": ("bias", False), "scale": ("weight", False)}
 
 
 def torch_linear_init(fan_in: int) -> nn.initializers.Initializer:
@@ -49,3 +53,30 @@ class MLP(nn.Module):
         x = drop(nn.relu(self._norm("norm1")(self._dense(self.hidden, self.in_features, "fc1")(x))))
         x = drop(nn.relu(self._norm("norm2")(self._dense(self.hidden, self.hidden, "fc2")(x))))
         return self._dense(self.n_classes, self.hidden, "head")(x)
+
+
+def to_torch_names(params: dict) -> dict[str, np.ndarray]:
+    """Flax parameters as the PyTorch repo's state dict: `fc1.weight` is fc1's kernel transposed."""
+    out: dict[str, np.ndarray] = {}
+    for layer, leaves in params.items():
+        for leaf, value in leaves.items():
+            name, transpose = TORCH_NAMES[leaf]
+            array = np.asarray(value)
+            out[f"{layer}.{name}"] = array.T if transpose else array
+    return out
+
+
+def from_torch_names(weights: Mapping[str, np.ndarray], like: dict) -> tuple[dict, list[dict]]:
+    """The PyTorch repo's named weights as flax parameters shaped like `like`, and the transplant made
+    (each target leaf, its source name, transposed or not)."""
+    params: dict = {}
+    transplant: list[dict] = []
+    for layer, leaves in like.items():
+        params[layer] = {}
+        for leaf in leaves:
+            name, transpose = TORCH_NAMES[leaf]
+            source = f"{layer}.{name}"
+            array = np.asarray(weights[source])
+            params[layer][leaf] = jnp.asarray(array.T if transpose else array)
+            transplant.append({"target": f"{layer}/{leaf}", "source": source, "transpose": transpose})
+    return params, transplant

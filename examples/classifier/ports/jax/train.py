@@ -28,7 +28,7 @@ import numpy as np
 import optax
 
 from data import N_CLASSES, N_FEATURES, make_dataset, train_batches
-from model import MLP
+from model import MLP, to_torch_names
 
 LOG_EVERY = 10
 EVAL_BATCH = 512
@@ -51,6 +51,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--shards", type=int, default=4)
+    p.add_argument("--export", default="", help="write the trained weights here (.npz, the PyTorch repo's names)")
     p.add_argument("--device", default=jax.default_backend(), help="JAX platform: cpu, gpu or tpu")
     args = p.parse_args(argv)
     if args.batch_size % args.shards:
@@ -76,24 +77,38 @@ def all_reduce_mean(shard_grads: Params) -> Params:
     return jax.tree.map(lambda g: g.mean(axis=0), shard_grads)
 
 
-def make_train_step(model: MLP, tx: optax.GradientTransformation, shards: int) -> Callable:
+def make_loss_and_grads(model: MLP, shards: int) -> Callable:
+    """The batch loss and the shard-averaged gradient, as the data-parallel step computes them."""
+
     def shard_loss(params: Params, x: jax.Array, y: jax.Array, key: jax.Array) -> jax.Array:
         logits = model.apply({"params": params}, x, train=True, rngs={"dropout": key})
         targets = optax.smooth_labels(jax.nn.one_hot(y, N_CLASSES), LABEL_SMOOTHING)
         return optax.softmax_cross_entropy(logits, targets).mean()
 
-    @jax.jit
-    def train_step(
-        params: Params, opt_state: optax.OptState, x: jax.Array, y: jax.Array, key: jax.Array
-    ) -> tuple[Params, optax.OptState, jax.Array]:
+    def loss_and_grads(
+        params: Params, x: jax.Array, y: jax.Array, key: jax.Array
+    ) -> tuple[jax.Array, Params]:
         xs = x.reshape(shards, -1, x.shape[-1])
         ys = y.reshape(shards, -1)
         keys = jax.random.split(key, shards)
         losses, shard_grads = jax.vmap(jax.value_and_grad(shard_loss), in_axes=(None, 0, 0, 0))(
             params, xs, ys, keys
         )
-        updates, opt_state = tx.update(all_reduce_mean(shard_grads), opt_state, params)
-        return optax.apply_updates(params, updates), opt_state, losses.mean()
+        return losses.mean(), all_reduce_mean(shard_grads)
+
+    return loss_and_grads
+
+
+def make_train_step(model: MLP, tx: optax.GradientTransformation, shards: int) -> Callable:
+    loss_and_grads = make_loss_and_grads(model, shards)
+
+    @jax.jit
+    def train_step(
+        params: Params, opt_state: optax.OptState, x: jax.Array, y: jax.Array, key: jax.Array
+    ) -> tuple[Params, optax.OptState, jax.Array]:
+        loss, grads = loss_and_grads(params, x, y, key)
+        updates, opt_state = tx.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, loss
 
     return train_step
 
@@ -158,6 +173,8 @@ def main(argv: list[str] | None = None) -> None:
     _, test_loss, test_acc = result
     print(f"metric test_acc={test_acc:.6f}", flush=True)
     print(f"metric test_loss={test_loss:.6f}", flush=True)
+    if args.export:
+        np.savez(args.export, **to_torch_names(params))
 
 
 if __name__ == "__main__":

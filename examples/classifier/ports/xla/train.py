@@ -51,6 +51,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--shards", type=int, default=4)
+    p.add_argument("--export", default="", help="write the trained weights here (.npz, the PyTorch repo's names)")
     p.add_argument("--device", default="xla", help="'xla' (torch_xla.device()) or a torch device")
     args = p.parse_args(argv)
     if args.batch_size % args.shards:
@@ -149,6 +150,8 @@ def main(argv: list[str] | None = None) -> None:
     _, test_loss, test_acc = result
     print(f"metric test_acc={test_acc:.6f}", flush=True)
     print(f"metric test_loss={test_loss:.6f}", flush=True)
+    if args.export:
+        np.savez(args.export, **{k: v.detach().cpu().numpy() for k, v in model.state_dict().items()})
 
 
 if __name__ == "__main__":

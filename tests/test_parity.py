@@ -1,0 +1,198 @@
+"""Tensor-level parity (L1 `parity`) and weights loaded back (L3 `weights_load_back`), on real runs.
+
+The graded fixture's sides are both torch on the CPU (fast); the example's faithful PyTorch/XLA and JAX
+ports, and the demo's planted fault, run in their real environments (marked xla / jax).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from helpers import workspace
+
+from ladder.checks import CheckContext
+from ladder.checks.load_back import weights_load_back
+from ladder.checks.parity import parity
+from ladder.migration.protocol import load_protocol
+from ladder.migration.spec import load_spec
+from ladder.parity.compare import compare_sides
+from ladder.parity.runs import ParityRuns, exported_weights, run_load_back, run_parity
+from ladder.runs.execute import execute_run
+from ladder.runs.records import RunRecord
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLE = REPO / "examples" / "classifier"
+NCSU = load_protocol("ncsu")
+
+
+def graded(tmp_path: Path) -> Path:
+    ws = workspace(tmp_path, "graded")
+    subprocess.run([sys.executable, "make_data.py"], cwd=ws, check=True)
+    return ws
+
+
+def port_copy(ws: Path, name: str, edits: dict[str, tuple[str, str]] | None = None) -> Path:
+    """A copy of the fixture as a port, with exact text edits (each must apply once)."""
+    dst = ws.parent / name
+    shutil.copytree(ws, dst, ignore=shutil.ignore_patterns("runs", "__pycache__"))
+    for file, (old, new) in (edits or {}).items():
+        text = (dst / file).read_text()
+        assert text.count(old) == 1, (file, old)
+        (dst / file).write_text(text.replace(old, new))
+    return dst
+
+
+def check_parity(runs: ParityRuns, run: RunRecord):  # noqa: ANN201
+    return parity(CheckContext(run=run, protocol=NCSU, options={"parity": runs.as_option()}))
+
+
+@pytest.mark.slow
+def test_parity_passes_a_faithful_port_and_names_the_first_tensor_that_differs(tmp_path: Path) -> None:
+    ws = graded(tmp_path)
+    spec = load_spec(ws / "ladder.toml")
+    ref = ws / "runs" / "parity-reference"
+    faithful = run_parity(spec, port_copy(ws, "faithful"), ws / "runs" / "p-faithful", reference_dir=ref)
+    target_run = RunRecord.load(faithful.target)
+    assert target_run.kind == "parity" and target_run.exit_code == 0 and (faithful.target / "MANIFEST.sha256").is_file()
+    inputs = np.load(faithful.target / "inputs.npz")
+    assert all(k.startswith(("weights/", "batch/")) for k in inputs.files)  # the target never sees the answers
+    ok = check_parity(faithful, target_run)
+    assert ok.status == "passed", ok.evidence
+    rows = ok.details["rows"]
+    names = [r["tensor"] for r in rows]
+    assert names[:2] == ["outputs/outputs", "loss"] and names[2] == "grads/fc.weight" and names[-1] == "params/head.bias"
+    assert all(r["max_abs_diff"] <= 1e-6 for r in rows)  # the same code, the same numbers
+
+    eps = run_parity(spec, port_copy(ws, "eps", {"model.py": ("EPS = 1e-5", "EPS = 1e-2")}),
+                     ws / "runs" / "p-eps", reference_dir=ref)
+    bad = check_parity(eps, RunRecord.load(eps.target))
+    assert bad.status == "failed" and bad.measured["tensor"] == "outputs/outputs", bad.evidence
+    assert bad.measured["max_abs_diff"] > 1e-4 and "first tensor that differs: outputs/outputs" in bad.evidence
+
+    loss = run_parity(spec, port_copy(ws, "loss", {"train.py": ("torch.nn.CrossEntropyLoss()",
+                                                                "torch.nn.CrossEntropyLoss(label_smoothing=0.1)")}),
+                      ws / "runs" / "p-loss", reference_dir=ref)
+    assert check_parity(loss, RunRecord.load(loss.target)).measured["tensor"] == "loss"
+
+    momentum = run_parity(spec, port_copy(ws, "momentum", {"train.py": ("momentum=0.9", "momentum=0.8")}),
+                          ws / "runs" / "p-momentum", reference_dir=ref)
+    m = check_parity(momentum, RunRecord.load(momentum.target))
+    assert m.measured["tensor"].startswith("params/"), m.evidence  # outputs, loss and gradients agree
+
+    skipped = run_parity(spec, port_copy(ws, "skip", {"adapter.py": ('SKIP = ""', 'SKIP = "norm.bias"')}),
+                         ws / "runs" / "p-skip", reference_dir=ref)
+    s = check_parity(skipped, RunRecord.load(skipped.target))
+    assert s.status == "failed" and "never read by the target's adapter" in s.evidence and "norm.bias" in s.evidence
+    # the reference side ran once and was reused by every port
+    assert len(list(ref.glob("run.json"))) == 1 and json.loads((ref / "parity.json").read_text())["side"] == "reference"
+
+
+def test_compare_lists_every_interface_problem_at_once(tmp_path: Path) -> None:
+    def side(name: str, meta: dict, arrays: dict) -> Path:
+        d = tmp_path / name
+        d.mkdir()
+        np.savez(d / "parity.npz", **arrays)
+        order = {g: [k.split("/", 1)[1] for k in arrays if k.startswith(g + "/")]
+                 for g in ("weights", "batch", "outputs", "grads", "params")}
+        (d / "parity.json").write_text(json.dumps({"error": None, "order": order, **meta}))
+        return d
+
+    w = {"weights/a.weight": np.ones((3, 2)), "weights/a.bias": np.ones(3)}
+    ref = side("ref", {}, {**w, "outputs/o": np.ones(4), "loss": np.array(1.0), "grads/a.weight": np.ones((3, 2)),
+                           "grads/a.bias": np.ones(3), "params/a.weight": np.ones((3, 2)), "params/a.bias": np.ones(3)})
+    tgt = side("tgt", {"reads": {"a.weight": 1, "a.bias": 0},
+                       "transplant": [{"target": "k", "source": "a.weight", "transpose": True},
+                                      {"target": "k2", "source": "a.weight", "transpose": False},
+                                      {"target": "b", "source": "a.bias", "transpose": True}]},
+               {"outputs/o": np.ones(4), "loss": np.array(1.0), "grads/a.weight": np.ones((2, 3)),
+                "params/a.weight": np.ones((3, 2)), "params/a.bias": np.ones(3), "params/extra": np.ones(1)})
+    report = compare_sides(ref, tgt, NCSU.parity.tolerances["fp32-cpu"], "fp32-cpu")
+    text = " | ".join(report.problems)
+    assert not report.passed
+    for expected in ("grads: no a.bias", "grads: shapes differ (a transpose missing?): a.weight [2, 3]",
+                     "params: names the reference does not have: extra", "never read by the target's adapter",
+                     "a.bias is declared transposed but has 1 dimension", "used more than once: a.weight -> k, k2"):
+        assert expected in text, (expected, text)
+
+
+@pytest.mark.slow
+def test_weights_that_miss_a_layer_do_not_load_back(tmp_path: Path) -> None:
+    ws = graded(tmp_path)
+    spec = load_spec(ws / "ladder.toml")
+    results = {}
+    for name, extra in (("whole", ""), ("no-head", "--drop-layer head")):
+        text = (ws / "ladder.toml").read_text().replace('vars = { extra = "" }', f'vars = {{ extra = "{extra}" }}')
+        (ws / "ladder.toml").write_text(text)
+        spec = load_spec(ws / "ladder.toml")
+        run_dir = ws / "runs" / f"full-{name}"
+        run = execute_run(spec, "target", "full", source=ws, run_dir=run_dir)
+        weights = exported_weights(spec, run_dir)
+        assert weights == run_dir / "weights.npz" and "weights.npz" in (run_dir / "MANIFEST.sha256").read_text()
+        back = run_load_back(spec, weights, ws / "runs" / f"load-back-{name}")
+        assert back.kind == "evaluate"
+        results[name] = weights_load_back(CheckContext(run=run, protocol=NCSU, full_run=run,
+                                                       options={"load_back": {"dir": str(ws / "runs" /
+                                                                                         f"load-back-{name}")}}))
+    assert results["whole"].status == "passed", results["whole"].evidence
+    assert results["whole"].measured == 0.0  # the reference's evaluation of the same weights: the same accuracy
+    miss = results["no-head"]
+    assert miss.status == "failed" and "missing: head.bias, head.weight" in miss.evidence, miss.evidence
+
+
+def test_parity_is_not_applicable_without_a_parity_table() -> None:
+    run = RunRecord(run_id="r", kind="short", profile="target", platform="cpu", seed=0, command="x", cwd=".",
+                    started_at=0.0, timeout_s=1.0, provenance={"source": "."})  # type: ignore[arg-type]
+    assert parity(CheckContext(run=run, protocol=NCSU)).status == "not_applicable"
+    asked = parity(CheckContext(run=run, protocol=NCSU, options={"parity": None}))
+    assert asked.status == "not_checked" and "ladder parity --source" in asked.evidence
+
+
+# ---------------------------------------------------------------- the example's ports, in their environments
+
+@pytest.fixture(scope="module")
+def example_reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The example's reference side (torch CPU), shared by the XLA and JAX tests."""
+    ws = tmp_path_factory.mktemp("example")
+    shutil.copytree(EXAMPLE, ws / "ex", ignore=shutil.ignore_patterns("__pycache__", "runs"))
+    return ws / "ex"
+
+
+def _example_parity(ws: Path, target: str, source: Path, out: str) -> tuple[ParityRuns, RunRecord]:
+    spec = load_spec(ws / ("ladder.toml" if target == "xla" else "ladder-jax.toml"))
+    runs = run_parity(spec, source, ws / "runs" / out, reference_dir=ws / "runs" / "parity-reference")
+    return runs, RunRecord.load(runs.target)
+
+
+def _demo_fault(ws: Path, target: str, name: str) -> Path:
+    """The port with the demo's planted label-smoothing fault (attempt 2 of migrations/<target>.toml)."""
+    import tomllib
+
+    patch = tomllib.loads((ws / "migrations" / f"{target}.toml").read_text())["attempt"][1]["patch"]
+    dst = ws / name
+    shutil.copytree(ws / "ports" / target, dst, ignore=shutil.ignore_patterns("__pycache__"))
+    subprocess.run(["git", "init", "-q"], cwd=dst, check=True)
+    subprocess.run(["git", "apply", "-"], input=patch, text=True, cwd=dst, check=True)
+    return dst
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", [pytest.param("xla", marks=pytest.mark.xla), pytest.param("jax", marks=pytest.mark.jax)])
+def test_example_port_passes_parity_and_its_planted_fault_names_the_loss(example_reference: Path, target: str,
+                                                                         request: pytest.FixtureRequest) -> None:
+    request.getfixturevalue(f"{target}_python")  # the target environment (built once, shared)
+    ws = example_reference
+    runs, run = _example_parity(ws, target, ws / "ports" / target, f"{target}-faithful")
+    ok = check_parity(runs, run)
+    assert ok.status == "passed", ok.evidence
+    assert ok.threshold["tolerance"] == "fp32-cpu" and len(ok.details["rows"]) == 2 + 2 * 10
+    assert run.wall_s is not None
+    runs, run = _example_parity(ws, target, _demo_fault(ws, target, f"{target}-fault"), f"{target}-fault")
+    bad = check_parity(runs, run)
+    assert bad.status == "failed" and bad.measured["tensor"] == "loss", bad.evidence
