@@ -1,0 +1,134 @@
+"""A real OpenSSH server for the ssh runner's tests: Debian's sshd on 127.0.0.1, a free port, generated keys,
+its own known_hosts and client config. The "remote machine" is this one, but ladder reaches it only through
+ssh: its working root is a directory of its own (standing in for the remote home), nothing is shared with
+the local workspace but what ssh carries.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
+
+
+@dataclass
+class SshServer:
+    dir: Path
+    port: int
+    proc: subprocess.Popen
+    alias: str = "ladder-test-host"
+
+    @property
+    def config(self) -> Path:
+        return self.dir / "ssh_config"
+
+    @property
+    def remote_root(self) -> Path:
+        return self.dir / "remote-home" / ".ladder"
+
+    def profile_table(self, cache: str | None = None) -> str:
+        """The `ssh = {...}` value of a profile that reaches this server through its alias."""
+        extra = f', cache = "{cache}"' if cache else ""
+        return (f'{{ host = "{self.alias}", config = "{self.config}", root = "{self.remote_root}", '
+                f'python = "/usr/bin/python3"{extra} }}')
+
+    def session_pids(self) -> list[int]:
+        """The per-connection sshd processes (children of the listener), not the listener itself."""
+        out = []
+        for p in Path("/proc").iterdir():
+            if not p.name.isdigit():
+                continue
+            try:
+                stat = (p / "stat").read_text()
+                comm = (p / "comm").read_text().strip()
+            except OSError:
+                continue
+            ppid = int(stat[stat.rindex(")") + 2:].split()[1])
+            if comm == "sshd" and ppid == self.proc.pid:
+                out.append(int(p.name))
+        return out
+
+    def drop_connections(self) -> int:
+        """Kill every ssh session this server holds (as a network drop would end them)."""
+        pids = self.session_pids()
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        return len(pids)
+
+    def stop(self) -> None:
+        self.drop_connections()
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_sshd(d: Path) -> SshServer | str:
+    """A running server, or why sshd cannot start here."""
+    if not Path(SSHD).exists() or not shutil.which("ssh") or not shutil.which("ssh-keygen"):
+        return "OpenSSH (openssh-server, openssh-client) is not installed"
+    d.mkdir(parents=True, exist_ok=True)
+    for key in ("host_key", "user_key"):
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(d / key)], check=True)
+    (d / "authorized_keys").write_text((d / "user_key.pub").read_text())
+    os.chmod(d / "authorized_keys", 0o600)
+    Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege separation directory
+    port = _free_port()
+    (d / "sshd_config").write_text(f"""Port {port}
+ListenAddress 127.0.0.1
+HostKey {d / 'host_key'}
+PidFile {d / 'sshd.pid'}
+AuthorizedKeysFile {d / 'authorized_keys'}
+PubkeyAuthentication yes
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+PermitRootLogin prohibit-password
+StrictModes no
+UsePAM no
+MaxSessions 100
+MaxStartups 100
+LogLevel ERROR
+""")
+    user = os.environ.get("USER") or subprocess.run(["id", "-un"], capture_output=True, text=True).stdout.strip()
+    (d / "known_hosts").write_text(f"[127.0.0.1]:{port} {(d / 'host_key.pub').read_text().split(' ')[0]} "
+                                   f"{(d / 'host_key.pub').read_text().split(' ')[1]}\n")
+    server = SshServer(d, port, subprocess.Popen([SSHD, "-D", "-e", "-f", str(d / "sshd_config")],
+                                                 stdout=subprocess.DEVNULL, stderr=open(d / "sshd.log", "wb")))
+    (d / "ssh_config").write_text(f"""Host {server.alias}
+  HostName 127.0.0.1
+  Port {port}
+  User {user}
+  IdentityFile {d / 'user_key'}
+  IdentitiesOnly yes
+  UserKnownHostsFile {d / 'known_hosts'}
+  StrictHostKeyChecking yes
+""")
+    server.remote_root.mkdir(parents=True)
+    end = time.time() + 15
+    while time.time() < end:
+        if server.proc.poll() is not None:
+            return f"sshd exited ({server.proc.returncode}): {(d / 'sshd.log').read_text()[-500:]}"
+        p = subprocess.run(["ssh", "-F", str(d / "ssh_config"), "-o", "BatchMode=yes", server.alias, "true"],
+                           capture_output=True, text=True, timeout=30)
+        if p.returncode == 0:
+            return server
+        time.sleep(0.3)
+    server.stop()
+    return f"sshd did not accept a login: {p.stderr.strip()[-500:]}"
