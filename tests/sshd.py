@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
+FIXTURE = Path(__file__).resolve().parent / "fixtures" / "remote"
 
 
 @dataclass
@@ -132,3 +133,42 @@ LogLevel ERROR
         time.sleep(0.3)
     server.stop()
     return f"sshd did not accept a login: {p.stderr.strip()[-500:]}"
+
+
+def workspace(tmp_path: Path, sshd: "SshServer | None", mode: str = "pass", steps: int = 30, sleep: float = 0.0,
+              extra: str = "", setup: str = '["{python} -m venv --without-pip {env}"]') -> Path:
+    """A workspace whose target profile runs the fixture program on the server (an unreachable host when None)."""
+    ws = tmp_path / "ws"
+    ssh_table = (sshd.profile_table(cache=str(sshd.remote_root / "cache")) if sshd is not None
+                 else '{ host = "unreachable.invalid", root = "/nonexistent" }')
+    (ws / "repo").mkdir(parents=True)
+    (ws / "repo" / "train.py").write_text((FIXTURE / "repo" / "train.py").read_text())
+    (ws / "ladder.toml").write_text(f"""name = "remote-test"
+source = "repo"
+[experiment]
+short = "{{python}} train.py --steps {{steps}} --seed {{seed}} --mode {{mode}} --sleep {{sleep}}"
+full = "{{python}} train.py --steps {{steps}} --seed {{seed}} --mode {{mode}} --sleep {{sleep}}"
+short_steps = {steps}
+full_steps = {steps}
+expected_minutes_short = 1
+expected_minutes_full = 1
+vars = {{ mode = "{mode}", sleep = "{sleep}" }}
+[parse]
+loss = '^step (?P<step>\\d+) loss (?P<loss>\\S+)'
+metric = '^metric acc=(?P<value>\\S+)'
+metric_name = "acc"
+direction = "max"
+eval = '^eval step (?P<step>\\d+) items (?P<items>\\d+) acc (?P<acc>\\S+)'
+[profiles.reference]
+platform = "cpu"
+price_per_hour = 1.0
+[profiles.target]
+platform = "cpu"
+runner = "ssh"
+ssh = {ssh_table}
+setup = {setup}
+python = "{{env}}/bin/python"
+price_per_hour = 2.0
+{extra}
+""")
+    return ws

@@ -16,9 +16,7 @@ from ladder.migration.spec import load_spec
 from ladder.runs.execute import execute_run
 from ladder.runs.records import RunRecord
 from ladder._util.hashing import verify_manifest
-from sshd import SshServer, start_sshd
-
-FIXTURE = Path(__file__).resolve().parent / "fixtures" / "remote"
+from sshd import SshServer, start_sshd, workspace
 
 
 @pytest.fixture(scope="module")
@@ -33,42 +31,6 @@ def sshd(tmp_path_factory) -> SshServer:
 @pytest.fixture(autouse=True)
 def _control_dir(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("LADDER_SSH_CONTROL_DIR", str(tmp_path_factory.mktemp("ctl")))
-
-
-def workspace(tmp_path: Path, sshd: SshServer, mode: str = "pass", steps: int = 30, sleep: float = 0.0,
-              extra: str = "", setup: str = '["{python} -m venv --without-pip {env}"]') -> Path:
-    ws = tmp_path / "ws"
-    (ws / "repo").mkdir(parents=True)
-    (ws / "repo" / "train.py").write_text((FIXTURE / "repo" / "train.py").read_text())
-    (ws / "ladder.toml").write_text(f"""name = "remote-test"
-source = "repo"
-[experiment]
-short = "{{python}} train.py --steps {{steps}} --seed {{seed}} --mode {{mode}} --sleep {{sleep}}"
-full = "{{python}} train.py --steps {{steps}} --seed {{seed}} --mode {{mode}} --sleep {{sleep}}"
-short_steps = {steps}
-full_steps = {steps}
-expected_minutes_short = 1
-expected_minutes_full = 1
-vars = {{ mode = "{mode}", sleep = "{sleep}" }}
-[parse]
-loss = '^step (?P<step>\\d+) loss (?P<loss>\\S+)'
-metric = '^metric acc=(?P<value>\\S+)'
-metric_name = "acc"
-direction = "max"
-eval = '^eval step (?P<step>\\d+) items (?P<items>\\d+) acc (?P<acc>\\S+)'
-[profiles.reference]
-platform = "cpu"
-price_per_hour = 1.0
-[profiles.target]
-platform = "cpu"
-runner = "ssh"
-ssh = {sshd.profile_table(cache=str(sshd.remote_root / "cache"))}
-setup = {setup}
-python = "{{env}}/bin/python"
-price_per_hour = 2.0
-{extra}
-""")
-    return ws
 
 
 def remote_dir(record: RunRecord) -> Path:
@@ -208,13 +170,12 @@ def test_env_build_failure_on_the_machine_is_the_infrastructure_s_not_the_port_s
     assert note.check == "infrastructure/env_build_failed" and not note.silent
 
 
-def test_an_unreachable_machine_is_a_lost_connection(tmp_path, sshd) -> None:
-    ws = workspace(tmp_path, sshd, extra="[protocol_overrides.infrastructure]\nreconnect_tries = 1\n"
-                                         "reconnect_backoff_s = 0.1\n")
-    text = (ws / "ladder.toml").read_text().replace(f'host = "{sshd.alias}"', 'host = "unreachable.invalid"')
-    (ws / "ladder.toml").write_text(text.replace("[protocol_overrides", "\n[protocol_overrides"))
+def test_an_unreachable_machine_is_a_lost_connection(tmp_path) -> None:
+    ws = workspace(tmp_path, None, extra="[protocol_overrides.infrastructure]\nreconnect_tries = 1\n"
+                                          "reconnect_backoff_s = 0.1\n")
     record = execute_run(load_spec(ws / "ladder.toml"), "target", "short")
     assert record.infrastructure is not None and record.infrastructure.kind == "connection_lost"
+    assert record.remote.reconnects == 1 and "unreachable.invalid" in record.infrastructure.detail
     assert record.ended_at is not None and not verify_manifest(ws / "runs" / "remote-test" / record.run_id)
 
 
