@@ -75,7 +75,7 @@ class SshServer:
             self.proc.kill()
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -91,7 +91,7 @@ def start_sshd(d: Path) -> SshServer | str:
     (d / "authorized_keys").write_text((d / "user_key.pub").read_text())
     os.chmod(d / "authorized_keys", 0o600)
     Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege separation directory
-    port = _free_port()
+    port = free_port()
     (d / "sshd_config").write_text(f"""Port {port}
 ListenAddress 127.0.0.1
 HostKey {d / 'host_key'}

@@ -46,13 +46,13 @@ class Provenance(BaseModel):
     hostname: str = ""
 
 
-INFRASTRUCTURE_KINDS = ("connection_lost", "preempted", "remote_lost", "env_build_failed")
+INFRASTRUCTURE_KINDS = ("connection_lost", "preempted", "remote_lost", "env_build_failed", "launch_failed")
 
 
 class InfrastructureFailure(BaseModel):
     """The machine or the connection failed, not the code under test (remote runners only)."""
 
-    kind: Literal["connection_lost", "preempted", "remote_lost", "env_build_failed"]
+    kind: Literal["connection_lost", "preempted", "remote_lost", "env_build_failed", "launch_failed"]
     detail: str
 
 

@@ -12,6 +12,8 @@ same code. Commands (`python3 agent.py COMMAND RUN_DIR ...`, JSON on stdin and s
   follow    stream RUN_DIR's logs from byte offsets as framed lines, then the exit record
   status    running, finished, lost (the supervisor died without an exit record) or absent
   kill      cancel: SIGTERM to the supervisor (it kills the tree), then SIGKILL to what pids.json lists
+  job       (SkyPilot) all of it in one foreground job: prepare, copy the job's working directory, supervise
+            as a child (a cancelled job takes the run down), follow to stdout, then the run's files
   clock     this machine's time for each line read, for the clock offset
   pack / unpack   a tar stream of files out of, or into, a directory
 
@@ -100,7 +102,7 @@ def prepare(req: dict[str, Any]) -> dict[str, Any]:
         return {**out, "error": kind, "message": e.message, "fix": e.fix}
     mounts = [os.path.expanduser(m) for m in req.get("mounts", [])]
     cache = Path(os.environ["LADDER_CACHE"]) / "envs"
-    read_only = [*interpreter_paths(python), cache, *mounts, *req.get("read_only", [])]
+    read_only = [*interpreter_paths(python), cache, *mounts, *map(os.path.expanduser, req.get("read_only", []))]
     return {**out, "python": python, "built_now": built, "sandbox": sandbox, "sandbox_warning": warning,
             "packages": package_list(python), "read_only": [str(p) for p in read_only],
             "python_version": sys.version.split()[0]}
@@ -190,10 +192,19 @@ def supervise(run_dir: Path) -> int:
 
 # -------------------------------------------------------------------------------------------- follow
 
-def follow(run_dir: Path, offsets: dict[str, int]) -> None:
+def follow(run_dir: Path, offsets: dict[str, int], prefix: bytes = b"") -> None:
     """Framed lines on stdout: `O <end offset> <log line>` (stdout.log), `E ...` (stderr.log), `H <time>` now
-    and then, and last `X <exit json>` or `L <status json>` when the run was lost."""
-    out = sys.stdout.buffer
+    and then, and last `X <exit json>` or `L <status json>` when the run was lost; each after `prefix`."""
+    raw = sys.stdout.buffer
+
+    class _Prefixed:
+        def write(self, data: bytes) -> None:
+            raw.write(prefix + data)
+
+        def flush(self) -> None:
+            raw.flush()
+
+    out = _Prefixed() if prefix else raw
     beat = 0.0
     while True:
         st = status(run_dir)
@@ -254,6 +265,66 @@ def kill(run_dir: Path, grace_s: float) -> dict[str, Any]:
     return status(run_dir)
 
 
+# ----------------------------------------------------------------------------------------------- job
+
+JOB_PREFIX = b"@ladder "
+PYTHON_MARK, RUN_DIR_MARK = "@LADDER_PYTHON@", "@LADDER_RUN_DIR@"
+COLLECT = ["stdout.log", "stderr.log", "probe", "pids.json", "exit.json", "supervisor.json", "agent.log",
+           "scrubbed.json"]
+
+
+def _home(value: str) -> str:
+    return os.path.expanduser(value) if value.startswith("~/") else value
+
+
+def _fill(value: str, python: str, run_dir: Path) -> str:
+    import shlex
+
+    return value.replace(PYTHON_MARK, shlex.quote(python)).replace(RUN_DIR_MARK, shlex.quote(str(run_dir)))
+
+
+def job(spec: dict[str, Any]) -> int:
+    """One run as a SkyPilot job: everything on stdout, which SkyPilot keeps and `sky.tail_logs` streams."""
+    import base64
+    import io
+    import shutil
+
+    out = sys.stdout.buffer
+    prepared = prepare(spec["prepare"])
+    out.write(JOB_PREFIX + b"P " + json.dumps(prepared).encode() + b"\n")
+    out.flush()
+    if prepared.get("error"):
+        return 3
+    run_dir = Path(os.path.expanduser(spec["run_dir"]))
+    if not (run_dir / REQUEST).exists():  # a job SkyPilot retried finds its run there: never twice
+        run_dir.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(os.getcwd(), run_dir / "work", symlinks=True)
+        req = dict(spec["start"])
+        req["command"] = _fill(req["command"], prepared["python"], run_dir)
+        req["env"] = {k: _home(v.replace(RUN_DIR_MARK, str(run_dir))) for k, v in req["env"].items()}
+        req.update(cwd=str(run_dir / "work"), sandbox=prepared["sandbox"], read_only=prepared["read_only"],
+                   writable=[str(run_dir)])
+        _write_json(run_dir / REQUEST, req)
+        # a child in the job's process group: SkyPilot's cancel signals it, and it kills the run's tree
+        subprocess.Popen([sys.executable, os.path.abspath(__file__), "supervise", str(run_dir)], cwd=run_dir,
+                         stdin=subprocess.DEVNULL, stdout=open(run_dir / AGENT_LOG, "ab"), stderr=subprocess.STDOUT,
+                         env={k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "LADDER_JOB")})
+    follow(run_dir, {"stdout": 0, "stderr": 0}, JOB_PREFIX)
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for name in COLLECT:
+            if (run_dir / name).exists():
+                tar.add(run_dir / name, arcname=name)
+    data = base64.b64encode(buf.getvalue())
+    for i in range(0, len(data), 4096):
+        out.write(JOB_PREFIX + b"F " + data[i:i + 4096] + b"\n")
+    out.write(JOB_PREFIX + b"F end\n")
+    out.flush()
+    shutil.rmtree(run_dir / "work", ignore_errors=True)
+    done = _read_json(run_dir / EXIT) or {}
+    return 0 if done.get("exit_code") == 0 else 1
+
+
 # ------------------------------------------------------------------------------------------ transfer
 
 def pack(root: Path, names: list[str]) -> None:
@@ -280,8 +351,11 @@ def main(argv: list[str]) -> int:
             _reply({"time": time.time()})
         return 0
     if cmd == "prepare":
-        _reply(prepare(json.loads(sys.stdin.read())))
-        return 0
+        reply = prepare(json.loads(sys.stdin.read()))
+        _reply(reply)
+        return 3 if reply.get("error") else 0
+    if cmd == "job":
+        return job(json.loads(os.environ["LADDER_JOB"]))
     run_dir = Path(os.path.expanduser(args[0])).resolve()
     if cmd == "start":
         _reply(start(run_dir, json.loads(sys.stdin.read())))

@@ -18,7 +18,11 @@ SKYPILOT_INSTALL = "pip install 'ladder[skypilot]'"
 
 def skypilot_missing() -> str | None:
     """Why SkyPilot's SDK cannot be used here (None when it can)."""
-    if importlib.util.find_spec("sky") is None:
+    try:
+        found = importlib.util.find_spec("sky") is not None
+    except (ImportError, ValueError):  # present in sys.modules as None: made unimportable
+        found = False
+    if not found:
         return f"runner = \"skypilot\" needs SkyPilot's Python SDK, which is not installed: {SKYPILOT_INSTALL}"
     return None
 
