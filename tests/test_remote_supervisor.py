@@ -112,3 +112,17 @@ def test_kill_9_of_ladder_then_resume_follows_the_remote_run_and_never_starts_it
     assert [p.step for p in rec.loss_curve] == list(range(1, 201))
     assert any("not started again" in n for n in rec.notes)
     assert verify_journal(j.path, root=ws).ok
+
+
+@pytest.mark.slow
+def test_baseline_seeds_run_in_parallel_on_a_multi_accelerator_profile(tmp_path) -> None:
+    from ladder.baselines.store import create_baseline
+    from ladder.migration.spec import load_spec
+
+    ws = workspace(tmp_path, None, steps=40, sleep=0.05)
+    text = (ws / "ladder.toml").read_text().replace("[profiles.reference]\n", "[profiles.reference]\nparallel = 2\n")
+    (ws / "ladder.toml").write_text(text)
+    b = create_baseline(load_spec(ws / "ladder.toml"), seeds=2, full_seeds=0, short_only=True)
+    a, c = b.short_runs
+    assert a.exit_code == c.exit_code == 0
+    assert max(a.started_at, c.started_at) < min(a.ended_at, c.ended_at), "the two seeds did not overlap"
