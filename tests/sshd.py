@@ -15,6 +15,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "remote"
 
@@ -73,6 +75,28 @@ class SshServer:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             self.proc.kill()
+
+
+GIT_ID = {"GIT_AUTHOR_NAME": "ladder tests", "GIT_AUTHOR_EMAIL": "tests@ladder.invalid",
+          "GIT_COMMITTER_NAME": "ladder tests", "GIT_COMMITTER_EMAIL": "tests@ladder.invalid"}
+
+
+@pytest.fixture(scope="module")
+def sshd(tmp_path_factory) -> SshServer:
+    """A server for the module's tests (import this fixture into the test module); skipped where none starts."""
+    server = start_sshd(tmp_path_factory.mktemp("sshd"))
+    if isinstance(server, str):
+        pytest.skip(f"sshd cannot start here: {server}")
+    yield server
+    server.stop()
+
+
+@pytest.fixture()
+def ssh_env(tmp_path_factory, monkeypatch) -> None:
+    """A private directory for ssh's master connections, and a git identity for the supervisor's commits."""
+    monkeypatch.setenv("LADDER_SSH_CONTROL_DIR", str(tmp_path_factory.mktemp("ctl")))
+    for k, v in GIT_ID.items():
+        monkeypatch.setenv(k, v)
 
 
 def free_port() -> int:

@@ -13,28 +13,13 @@ from ladder.journal.store import Journal
 from ladder.runs.envs import cache_root
 from ladder.runs.records import RunRecord
 from ladder.supervisor.driver import supervise
-from sshd import SshServer, start_sshd
+from sshd import ssh_env, sshd  # noqa: F401 (fixtures)
 from test_demo import EXPECTED
-
-GIT_ID = {"GIT_AUTHOR_NAME": "ladder tests", "GIT_AUTHOR_EMAIL": "tests@ladder.invalid",
-          "GIT_COMMITTER_NAME": "ladder tests", "GIT_COMMITTER_EMAIL": "tests@ladder.invalid"}
-
-
-@pytest.fixture(scope="module")
-def sshd(tmp_path_factory) -> SshServer:
-    server = start_sshd(tmp_path_factory.mktemp("sshd"))
-    if isinstance(server, str):
-        pytest.skip(f"sshd cannot start here: {server}")
-    yield server
-    server.stop()
 
 
 @pytest.mark.slow
 @pytest.mark.xla
-def test_the_demo_on_the_ssh_runner_reaches_the_local_demo_s_levels(tmp_path, xla_python, sshd, monkeypatch) -> None:
-    for k, v in GIT_ID.items():
-        monkeypatch.setenv(k, v)
-    monkeypatch.setenv("LADDER_SSH_CONTROL_DIR", str(tmp_path / "ctl"))
+def test_the_demo_on_the_ssh_runner_reaches_the_local_demo_s_levels(tmp_path, xla_python, sshd, ssh_env) -> None:
     ws = prepare_workspace("xla", tmp_path / "demo")
     text = (ws / "ladder.toml").read_text()
     table = f'runner = "ssh"\nssh = {sshd.profile_table(cache=str(cache_root()))}\n'

@@ -16,21 +16,12 @@ from ladder.migration.spec import load_spec
 from ladder.runs.execute import execute_run
 from ladder.runs.records import RunRecord
 from ladder._util.hashing import verify_manifest
-from sshd import SshServer, start_sshd, workspace
-
-
-@pytest.fixture(scope="module")
-def sshd(tmp_path_factory) -> SshServer:
-    server = start_sshd(tmp_path_factory.mktemp("sshd"))
-    if isinstance(server, str):
-        pytest.skip(f"sshd cannot start here: {server}")
-    yield server
-    server.stop()
+from sshd import ssh_env, sshd, workspace  # noqa: F401 (fixtures)
 
 
 @pytest.fixture(autouse=True)
-def _control_dir(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("LADDER_SSH_CONTROL_DIR", str(tmp_path_factory.mktemp("ctl")))
+def _env(ssh_env) -> None:
+    pass
 
 
 def remote_dir(record: RunRecord) -> Path:
@@ -108,7 +99,7 @@ def test_a_timeout_kills_the_whole_tree_on_the_machine(tmp_path, sshd) -> None:
             during.extend(run_processes(Path(remote.run_dir)))
 
     t0 = time.time()
-    record = execute_run(load_spec(ws / "ladder.toml"), "target", "short", timeout_s=4, progress=progress)
+    record = execute_run(load_spec(ws / "ladder.toml"), "target", "short", timeout_s=15, progress=progress)
     assert len(during) >= 2, "the scan must see the run's processes while it runs"
     assert record.timed_out and record.exit_code is not None and record.exit_code < 0
     assert time.time() - t0 < 60

@@ -17,26 +17,12 @@ from helpers import cli_json
 from ladder.journal.store import Journal, verify_journal
 from ladder.migration.protocol import load_protocol
 from ladder.supervisor.stoprules import AttemptSummary, JournalSoFar, no_l0
-from sshd import SshServer, start_sshd, workspace
-
-GIT_ID = {"GIT_AUTHOR_NAME": "ladder tests", "GIT_AUTHOR_EMAIL": "tests@ladder.invalid",
-          "GIT_COMMITTER_NAME": "ladder tests", "GIT_COMMITTER_EMAIL": "tests@ladder.invalid"}
-
-
-@pytest.fixture(scope="module")
-def sshd(tmp_path_factory) -> SshServer:
-    server = start_sshd(tmp_path_factory.mktemp("sshd"))
-    if isinstance(server, str):
-        pytest.skip(f"sshd cannot start here: {server}")
-    yield server
-    server.stop()
+from sshd import ssh_env, sshd, workspace  # noqa: F401 (fixtures)
 
 
 @pytest.fixture(autouse=True)
-def _env(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("LADDER_SSH_CONTROL_DIR", str(tmp_path_factory.mktemp("ctl")))
-    for k, v in GIT_ID.items():
-        monkeypatch.setenv(k, v)
+def _env(ssh_env) -> None:
+    pass
 
 
 def supervised(ws: Path) -> Path:

@@ -29,7 +29,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ladder._util.errors import LadderError
 from ladder._util.hashing import write_manifest
@@ -63,6 +63,22 @@ def _reconnects(protocol: Protocol, progress: Progress | None) -> Reconnects:
     return Reconnects(protocol.infrastructure, (lambda msg: progress("warning", {"message": msg})) if progress else None)
 
 
+def begin(spec: Spec, profile_name: str, kind: str, seed: int, source: Path | None, run_dir: Path | None,
+          timeout_s: float | None) -> tuple[Protocol, Path, Path, float, Callable[[], list[str]]]:
+    """(protocol, source, run directory, timeout, what changed in the workspace since now) for a remote run."""
+    from ladder.migration.workspace import changes, protected_state
+
+    protocol = load_spec_protocol(spec)
+    source = (source or spec.source_dir).resolve()
+    if not source.is_dir():
+        raise LadderError(f"source {source} is not a directory", "pass --source DIR of a checkout")
+    guarded = protected_state(spec)
+    run_dir = (run_dir or new_run_dir(spec, profile_name, kind, seed)).resolve()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    timeout = timeout_s if timeout_s is not None else timeout_for(spec, protocol, kind)
+    return protocol, source, run_dir, timeout, lambda: changes(guarded, protected_state(spec))
+
+
 def run_env(spec: Spec, profile: Profile, remote_dir: str, probe_dir: str, seed: int,
             slot: int | None) -> dict[str, str]:
     """What the request adds to the machine's own (scrubbed) environment: never ladder's environment, except
@@ -84,16 +100,7 @@ def execute_remote_run(spec: Spec, profile_name: str, kind: str, seed: int, sour
 
         return execute_skypilot_run(spec, profile_name, kind, seed, source, run_dir, progress, timeout_s, slot)
     assert profile.ssh is not None
-    from ladder.migration.workspace import changes, protected_state
-
-    protocol = load_spec_protocol(spec)
-    source = (source or spec.source_dir).resolve()
-    if not source.is_dir():
-        raise LadderError(f"source {source} is not a directory", "pass --source DIR of a checkout")
-    guarded = protected_state(spec)
-    run_dir = (run_dir or new_run_dir(spec, profile_name, kind, seed)).resolve()
-    run_dir.mkdir(parents=True, exist_ok=True)
-    timeout = timeout_s if timeout_s is not None else timeout_for(spec, protocol, kind)
+    protocol, source, run_dir, timeout, integrity = begin(spec, profile_name, kind, seed, source, run_dir, timeout_s)
     timings: dict[str, float] = {}
     reconnects = _reconnects(protocol, progress)
     record = RunRecord(
@@ -149,7 +156,7 @@ def execute_remote_run(spec: Spec, profile_name: str, kind: str, seed: int, sour
         timings["start"] = time.time() - t
     except InfrastructureFailure as e:
         return _record_infrastructure(record, run_dir, reconnects, e, progress)
-    return _follow_and_collect(spec, machine, record, run_dir, progress, lambda: changes(guarded, protected_state(spec)))
+    return _follow_and_collect(spec, machine, record, run_dir, progress, integrity)
 
 
 def reattach_remote_run(spec: Spec, run_dir: Path, progress: Progress | None = None) -> RunRecord | None:
@@ -181,23 +188,27 @@ def reattach_remote_run(spec: Spec, run_dir: Path, progress: Progress | None = N
 def _record_infrastructure(record: RunRecord, run_dir: Path, reconnects: Reconnects, e: InfrastructureFailure,
                            progress: Progress | None) -> RunRecord:
     assert record.remote is not None
-    record.infrastructure = InfraRecord(kind=e.kind, detail=e.detail)  # type: ignore[arg-type]
-    record.ended_at = time.time() + (record.remote.clock_offset_s or 0.0)
     record.remote.reconnects = reconnects.count
-    record.notes.append(f"infrastructure failure ({e.kind}), not the code's: {e.detail}")
     record.notes += reconnects.log[-10:]
+    return record_infrastructure(record, run_dir, e, progress)
+
+
+def record_infrastructure(record: RunRecord, run_dir: Path, e: InfrastructureFailure,
+                          progress: Progress | None) -> RunRecord:
+    """A run the machine or the connection failed: recorded as such (never as the code's failure), and sealed."""
+    record.infrastructure = InfraRecord(kind=e.kind, detail=e.detail[:3000])  # type: ignore[arg-type]
+    record.ended_at = time.time() + ((record.remote.clock_offset_s if record.remote else None) or 0.0)
+    record.notes.append(f"infrastructure failure ({e.kind}), not the code's: {e.detail[:500]}")
     record.save(run_dir)
     write_manifest(run_dir)
     if progress:
-        progress("warning", {"message": f"infrastructure failure ({e.kind}): {e.detail}"})
+        progress("warning", {"message": f"infrastructure failure ({e.kind}): {e.detail[:300]}"})
         progress("end", {"run_dir": str(run_dir), "exit_code": None, "timed_out": False, "metric": None})
     return record
 
 
 def _follow_and_collect(spec: Spec, machine: Machine, record: RunRecord, run_dir: Path, progress: Progress | None,
                         integrity: Any) -> RunRecord:
-    from ladder.runs.probe_report import merge_reports
-
     assert record.remote is not None
     remote_dir = record.remote.run_dir
     parser = OutputParser(spec.parse)
@@ -253,6 +264,16 @@ def _follow_and_collect(spec: Spec, machine: Machine, record: RunRecord, run_dir
     record.remote.timings["collect"] = time.time() - t
     record.remote.reconnects = machine.reconnects.count
     record.notes += machine.reconnects.log[-10:]
+    return finish_remote(record, run_dir, exit_info, parser, integrity, progress)
+
+
+def finish_remote(record: RunRecord, run_dir: Path, exit_info: dict[str, Any], parser: OutputParser, integrity: Any,
+                  progress: Progress | None) -> RunRecord:
+    """The record of a remote run whose files are back in run_dir: its exit record (the agent's exit.json), the
+    output the parser read, the probe's reports; then run.json and the manifest, as a local run ends."""
+    from ladder.runs.probe_report import merge_reports
+
+    assert record.remote is not None
     if exit_info.get("started_at") is not None:
         record.started_at = exit_info["started_at"]  # the machine's clock, like every time below
     record.ended_at = exit_info.get("ended_at") or time.time() + (record.remote.clock_offset_s or 0.0)

@@ -31,16 +31,15 @@ from typing import Any
 
 from ladder._util.errors import LadderError
 from ladder._util.hashing import write_manifest
-from ladder.migration.spec import Profile, Spec, load_spec_protocol
+from ladder.migration.spec import Profile, Spec
 from ladder.runs.envs import cache_root
-from ladder.runs.execute import Progress, _command, copy_source, fill_output, line_sink, new_run_dir, timeout_for
+from ladder.runs.execute import Progress, _command, copy_source, line_sink
 from ladder.runs.parse import OutputParser
 from ladder.runs.provenance import provenance
-from ladder.runs.records import InfrastructureFailure as InfraRecord
 from ladder.runs.records import RemoteRun, RunRecord
 from ladder.runs.remote.agent import JOB_PREFIX, PYTHON_MARK, RUN_DIR_MARK
 from ladder.runs.remote.bundle import AGENT, bundle
-from ladder.runs.remote.execute import run_env
+from ladder.runs.remote.execute import begin, finish_remote, record_infrastructure, run_env
 from ladder.runs.remote.session import InfrastructureFailure
 from ladder.runs.remote.targets import skypilot_missing
 
@@ -140,16 +139,7 @@ def execute_skypilot_run(spec: Spec, profile_name: str, kind: str, seed: int, so
     profile = spec.profile(profile_name)
     t = profile.skypilot
     assert t is not None
-    from ladder.migration.workspace import changes, protected_state
-
-    protocol = load_spec_protocol(spec)
-    source = (source or spec.source_dir).resolve()
-    if not source.is_dir():
-        raise LadderError(f"source {source} is not a directory", "pass --source DIR of a checkout")
-    guarded = protected_state(spec)
-    run_dir = (run_dir or new_run_dir(spec, profile_name, kind, seed)).resolve()
-    run_dir.mkdir(parents=True, exist_ok=True)
-    timeout = timeout_s if timeout_s is not None else timeout_for(spec, protocol, kind)
+    _, source, run_dir, timeout, integrity = begin(spec, profile_name, kind, seed, source, run_dir, timeout_s)
     remote_dir = f"{t.root}/runs/{spec.name}/{run_dir.name}-{uuid.uuid4().hex[:8]}"
     link_notes = copy_source(source, run_dir / "work", profile.copy_ignore,
                              [Path(os.path.expanduser(m)) for m in profile.mounts])
@@ -181,8 +171,8 @@ def execute_skypilot_run(spec: Spec, profile_name: str, kind: str, seed: int, so
         record.remote.job_id = job_id  # type: ignore[union-attr]
         record.save(run_dir)  # names the job before it is followed: resume finds it
     except InfrastructureFailure as e:
-        return _infrastructure(record, run_dir, e, progress)
-    record = _follow(sky, spec, record, run_dir, progress, lambda: changes(guarded, protected_state(spec)))
+        return record_infrastructure(record, run_dir, e, progress)
+    record = _follow(sky, spec, record, run_dir, progress, integrity)
     if t.down:
         sky.stream_and_get(sky.down(t.cluster), output_stream=io.StringIO())
         record.notes.append(f"cluster {t.cluster} torn down after the run (down = true)")
@@ -233,8 +223,6 @@ class _JobStream(io.TextIOBase):
 
 def _follow(sky: Any, spec: Spec, record: RunRecord, run_dir: Path, progress: Progress | None,
             integrity: Any) -> RunRecord:
-    from ladder.runs.probe_report import merge_reports
-
     assert record.remote is not None and record.remote.job_id is not None
     cluster, job_id = record.remote.host, record.remote.job_id
     parser = OutputParser(spec.parse)
@@ -288,13 +276,13 @@ def _follow(sky: Any, spec: Spec, record: RunRecord, run_dir: Path, progress: Pr
             f.close()
     prepared = state["prepared"] or {}
     if prepared.get("error") == "env_build_failed":
-        return _infrastructure(record, run_dir, InfrastructureFailure("env_build_failed", prepared["message"]),
+        return record_infrastructure(record, run_dir, InfrastructureFailure("env_build_failed", prepared["message"]),
                                progress)
     if prepared.get("error"):
         raise LadderError(f"{cluster}: {prepared['message']}", prepared.get("fix"))
     if state["exit"] is None:
         why = state.get("preempted") or _job_status(sky, cluster, job_id)
-        return _infrastructure(record, run_dir, InfrastructureFailure(
+        return record_infrastructure(record, run_dir, InfrastructureFailure(
             "preempted", f"SkyPilot job {job_id} on {cluster} ended without an exit record: {why}"), progress)
     if state["files"]:
         with tarfile.open(fileobj=io.BytesIO(base64.b64decode("".join(state["files"]))), mode="r:gz") as tar:
@@ -302,28 +290,12 @@ def _follow(sky: Any, spec: Spec, record: RunRecord, run_dir: Path, progress: Pr
                 if member.isfile() or member.isdir():
                     if not (member.name.startswith(("/", "..")) or "/../" in member.name):
                         tar.extract(member, run_dir)
-    info = state["exit"]
     record.remote.hostname = prepared.get("hostname", "")
     record.sandbox = prepared.get("sandbox", "none")
     record.provenance.python = prepared.get("python", "")
     record.provenance.packages = prepared.get("packages", [])
     record.provenance.hostname = prepared.get("hostname", "")
-    if info.get("started_at") is not None:
-        record.started_at = info["started_at"]
-    record.ended_at = info.get("ended_at") or time.time()
-    record.exit_code = info.get("exit_code")
-    record.timed_out = bool(info.get("timed_out"))
-    record.killed = (info.get("killed_by_signal") is not None and not record.timed_out) or bool(info.get("cancelled"))
-    record.log_files = {"stdout": "stdout.log", "stderr": "stderr.log"}
-    record.probe = merge_reports(run_dir / "probe")
-    record.integrity = integrity()
-    fill_output(record, parser)
-    record.save(run_dir)
-    write_manifest(run_dir)
-    if progress:
-        progress("end", {"run_dir": str(run_dir), "exit_code": record.exit_code, "timed_out": record.timed_out,
-                         "metric": parser.metric})
-    return record
+    return finish_remote(record, run_dir, state["exit"], parser, integrity, progress)
 
 
 def _job_status(sky: Any, cluster: str, job_id: int) -> str:
@@ -331,17 +303,6 @@ def _job_status(sky: Any, cluster: str, job_id: int) -> str:
         return str(sky.get(sky.job_status(cluster, [job_id])).get(job_id))
     except Exception as e:
         return f"{type(e).__name__}: {e}"
-
-
-def _infrastructure(record: RunRecord, run_dir: Path, e: InfrastructureFailure, progress: Progress | None) -> RunRecord:
-    record.infrastructure = InfraRecord(kind=e.kind, detail=e.detail[:3000])  # type: ignore[arg-type]
-    record.ended_at = time.time()
-    record.notes.append(f"infrastructure failure ({e.kind}), not the code's: {e.detail[:500]}")
-    record.save(run_dir)
-    write_manifest(run_dir)
-    if progress:
-        progress("warning", {"message": f"infrastructure failure ({e.kind}): {e.detail[:300]}"})
-    return record
 
 
 def reattach_skypilot_run(spec: Spec, run_dir: Path, record: RunRecord, progress: Progress | None) -> RunRecord | None:
