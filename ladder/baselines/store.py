@@ -121,10 +121,15 @@ DEFAULT_SEEDS, DEFAULT_FULL_SEEDS = 5, 3  # enough for calibrated verdicts on th
 
 def _execute_into(spec: Spec, profile: str, plan: list[tuple[str, int]], partial: Path,
                   progress: Progress | None) -> dict[str, RunRecord]:
-    """Run each (kind, seed) of the plan into partial/<kind>-s<seed>, reusing completed ones."""
+    """Run each (kind, seed) of the plan into partial/<kind>-s<seed>, reusing completed ones; the profile's
+    `parallel` runs at a time (seeds are independent: one per accelerator of a multi-GPU machine)."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
     from ladder.runs.execute import execute_run
 
     done: dict[str, RunRecord] = {}
+    todo: list[tuple[int, str, int]] = []
     for i, (kind, seed) in enumerate(plan, 1):
         name = f"{kind}-s{seed}"
         run_dir = partial / name
@@ -136,20 +141,51 @@ def _execute_into(spec: Spec, profile: str, plan: list[tuple[str, int]], partial
             continue
         if run_dir.exists():
             shutil.rmtree(run_dir)
-        if progress:
-            progress("baseline_run", {"run": name, "index": i, "total": len(plan), "kind": kind, "seed": seed})
-        record = execute_run(spec, profile, kind, seed, run_dir=run_dir, progress=progress)
-        shutil.rmtree(run_dir / "work", ignore_errors=True)
-        if record.exit_code != 0 or record.metric is None or record.timed_out:
-            why = ("timed out" if record.timed_out else f"exit code {record.exit_code}" if record.exit_code
-                   else "no headline metric in its output")
+        todo.append((i, kind, seed))
+    parallel = spec.profile(profile).parallel
+    lock = threading.Lock()
+    said = (lambda ev, data: _locked(lock, progress, ev, data)) if progress else None
+    free = list(range(parallel))
+
+    def one(i: int, kind: str, seed: int) -> RunRecord:
+        with lock:
+            slot = free.pop(0)
+        try:
+            if said:
+                said("baseline_run", {"run": f"{kind}-s{seed}", "index": i, "total": len(plan), "kind": kind,
+                                      "seed": seed})
+            return execute_run(spec, profile, kind, seed, run_dir=partial / f"{kind}-s{seed}", progress=said,
+                               slot=slot if parallel > 1 else None)
+        finally:
+            with lock:
+                free.append(slot)
+            shutil.rmtree(partial / f"{kind}-s{seed}" / "work", ignore_errors=True)
+
+    if parallel == 1:  # in this thread: Ctrl-C reaches the runner, which takes the run down at once
+        results = [(f"{kind}-s{seed}", lambda i=i, kind=kind, seed=seed: one(i, kind, seed)) for i, kind, seed in todo]
+        records = ((name, run()) for name, run in results)
+    else:
+        pool = ThreadPoolExecutor(max_workers=parallel)
+        futures = [(f"{kind}-s{seed}", pool.submit(one, i, kind, seed)) for i, kind, seed in todo]
+        records = ((name, fut.result()) for name, fut in futures)
+        pool.shutdown(wait=False)  # the generator below waits on each; a failure leaves no new start queued
+    for name, record in records:
+        if record.exit_code != 0 or record.metric is None or record.timed_out or record.infrastructure:
+            why = (f"the infrastructure failed ({record.infrastructure.kind}: {record.infrastructure.detail})"
+                   if record.infrastructure else "timed out" if record.timed_out
+                   else f"exit code {record.exit_code}" if record.exit_code else "no headline metric in its output")
             raise LadderError(
                 f"reference run {name} failed ({why}); the baseline was not stored. Last lines:\n  "
                 + "\n  ".join(record.last_lines[-8:]),
-                f"fix the reference command or [parse] patterns; the run is kept in {run_dir}",
+                f"fix the reference command or [parse] patterns; the run is kept in {partial / name}",
             )
         done[name] = record
     return done
+
+
+def _locked(lock, progress: Progress, ev: str, data: dict) -> None:  # type: ignore[no-untyped-def]
+    with lock:
+        progress(ev, data)
 
 
 def create_baseline(spec: Spec, seeds: int = DEFAULT_SEEDS, full_seeds: int = DEFAULT_FULL_SEEDS, short_only: bool = False,

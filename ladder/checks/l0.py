@@ -16,6 +16,10 @@ def _result(name: str, ok: bool, measured, threshold, evidence: str) -> CheckRes
 @register("L0", "finished")
 def finished(ctx: CheckContext) -> CheckResult:
     r = ctx.run
+    if r.infrastructure is not None:  # the code was not given its chance: neither passed nor the port's failure
+        return CheckResult(level="L0", name="finished", status="not_checked", measured=r.infrastructure.kind,
+                           threshold="exit 0", evidence=f"infrastructure failure ({r.infrastructure.kind}), not the "
+                           f"code's: {r.infrastructure.detail}")
     if r.ended_at is None:
         return _result("finished", False, None, "exit 0", "the run never finished (ladder was stopped mid-run)")
     if r.timed_out:

@@ -104,6 +104,7 @@ class RunEntry(EntryContent):
     digest: str
     refs: list[Ref]
     killed_by_supervisor_crash: bool = False  # ladder died during this run; it was run again
+    infrastructure: str | None = None  # the machine or the connection failed (records.INFRASTRUCTURE_KINDS)
 
 
 class CheckEntry(EntryContent):
@@ -149,6 +150,7 @@ class AttemptResultEntry(EntryContent):
     caught_by: list[str] = Field(default_factory=list)  # "L2/recompilation", ... failed checks
     rejected: str | None = None  # why the attempt was rejected before any run
     rejudged: bool = False  # judged again after baseline seeds were added for an undecided check
+    infrastructure: str | None = None  # the run failed for the infrastructure after every retry: not the port's
 
 
 class DecisionEntry(EntryContent):
@@ -295,7 +297,8 @@ def append_run(journal: Journal, attempt: int | None, run_dir: Path, *, root: Pa
     ref = _dir_ref(Path(run_dir), root)
     return append(journal, RunEntry(run_dir=ref.path, kind=r.kind, seed=r.seed, profile=r.profile,
                                     exit_code=r.exit_code, timed_out=r.timed_out, killed=r.killed, metric=r.metric,
-                                    wall_s=r.wall_s, digest=ref.digest, refs=[ref]),
+                                    wall_s=r.wall_s, digest=ref.digest, refs=[ref],
+                                    infrastructure=r.infrastructure.kind if r.infrastructure else None),
                   author=author, attempt=attempt)
 
 
@@ -326,14 +329,15 @@ def fix_note(journal: Journal, note_seq: int, fix: str, *, author: str = "human"
 def append_attempt_result(journal: Journal, attempt: int, *, declared_level: str | None,
                           achieved_level: str | None, wall_s: float | None, ended_at: float | None = None,
                           kind: str = "short", caught_by: list[str] | None = None, rejected: str | None = None,
-                          rejudged: bool = False, author: str = "ladder") -> Entry:
+                          rejudged: bool = False, infrastructure: str | None = None,
+                          author: str = "ladder") -> Entry:
     over = max(0, level_index(declared_level) - level_index(achieved_level))
     return append(journal, AttemptResultEntry(declared_level=declared_level,  # type: ignore[arg-type]
                                               achieved_level=achieved_level,  # type: ignore[arg-type]
                                               overclaim=over, wall_s=wall_s,
                                               ended_at=time.time() if ended_at is None else ended_at,
                                               kind=kind, caught_by=caught_by or [], rejected=rejected,  # type: ignore[arg-type]
-                                              rejudged=rejudged),
+                                              rejudged=rejudged, infrastructure=infrastructure),
                   author=author, attempt=attempt)
 
 

@@ -246,7 +246,13 @@ def diagnose(check: CheckResult, run: RunRecord) -> str:
 
 
 def draft_notes(result: LadderResult, run: RunRecord) -> list[FailureNote]:
-    """One note per failed check of the run, in ladder order; fix left empty."""
+    """One note per failed check of the run, in ladder order; fix left empty. A run the infrastructure failed
+    gets one note, of its own kind, and none of the port's: its missing output is the machine's doing."""
+    if run.infrastructure is not None:
+        kind = run.infrastructure.kind
+        return [FailureNote(check=f"infrastructure/{kind}", level="L0", cause=f"infrastructure failure: {kind} "
+                            f"(the {run.runner} runner), not a failure of the code under test",
+                            diagnosis=run.infrastructure.detail, silent=False, run_dir=result.run_dir)]
     silent = is_silent(run)
     # When the run did not finish, the later failures (no metric, a short curve) follow from that:
     # say so, so that a reviewer fixes the crash first rather than chasing its echoes.

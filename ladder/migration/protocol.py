@@ -123,6 +123,16 @@ class Limits(_Section):
     max_full_run_hours: float
 
 
+class Infrastructure(_Section):
+    """Remote runners: what a failure of the machine or the connection (never of the port) is allowed."""
+
+    max_retries: int
+    reconnect_tries: int
+    reconnect_backoff_s: float
+    reconnect_backoff_max_s: float
+    keepalive_s: float
+
+
 class Protocol(_Section):
     name: str
     description: str
@@ -137,6 +147,7 @@ class Protocol(_Section):
     agent: AgentRules
     parity: ParityRules
     grade: GradeRules
+    infrastructure: Infrastructure
     source_path: str = ""  # where it was loaded from (provenance, not a threshold)
 
 

@@ -21,7 +21,7 @@ import warnings
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ladder._util.errors import LadderError, SpecError
 from ladder._util.validation import validate_or_raise
@@ -116,15 +116,53 @@ class Experiment(_Model):
     vars: dict[str, str] = Field(default_factory=dict)
 
 
+class SshTarget(_Model):
+    """Where an `ssh` profile runs: a host of ~/.ssh/config (or of `config`), as the system `ssh` reaches it."""
+
+    host: str = Field(description="a host name or an alias of the ssh config")
+    user: str | None = None
+    port: int | None = Field(default=None, gt=0, lt=65536)
+    identity_file: str | None = None
+    config: str | None = Field(default=None, description="an ssh_config file (ssh -F); default: ~/.ssh/config")
+    known_hosts: str | None = Field(default=None, description="UserKnownHostsFile for this host")
+    options: dict[str, str] = Field(default_factory=dict, description="more `ssh -o` options")
+    root: str = Field(default="~/.ladder", description="the directory ladder works in on that machine")
+    python: str = Field(default="python3", description="the interpreter that runs ladder's agent there (3.8+, "
+                        "standard library only); `setup`'s {python}")
+    cache: str | None = Field(default=None, description="LADDER_CACHE there: where environments are built, once "
+                              "per hash of their setup commands (default: <root>/cache)")
+
+
+class SkyPilotTarget(_Model):
+    """What a `skypilot` profile asks SkyPilot for: the resources of its Task, and the cluster to launch or reuse."""
+
+    cluster: str = Field(pattern=r"^[a-z][a-z0-9-]{0,62}$", description="the cluster to launch, or reuse when up")
+    accelerators: str | None = Field(default=None, description="e.g. 'A100:1', 'L4:1' or 'tpu-v5e-8'")
+    infra: str | None = Field(default=None, description="SkyPilot's infra string, e.g. 'gcp', 'gcp/us-central1', "
+                              "'k8s'")
+    instance_type: str | None = None
+    use_spot: bool = False
+    autostop_minutes: int | None = Field(default=30, ge=0, description="stop the cluster after this many idle "
+                                         "minutes (None: never)")
+    down: bool = Field(default=False, description="tear the cluster down at autostop instead of stopping it")
+    root: str = "~/.ladder"
+    python: str = "python3"
+
+
 class Profile(_Model):
     platform: str
-    runner: Literal["local"] = "local"
+    runner: Literal["local", "ssh", "skypilot"] = "local"
+    ssh: SshTarget | None = Field(default=None, description="for runner = \"ssh\": the machine")
+    skypilot: SkyPilotTarget | None = Field(default=None, description="for runner = \"skypilot\": the resources")
+    parallel: int = Field(default=1, gt=0, description="baseline runs at once on this profile's machine (one per "
+                          "accelerator: each run gets LADDER_SLOT = 0..parallel-1)")
     python: str | None = None
     setup: list[str] | None = None
     env: dict[str, str] = Field(default_factory=dict)
     pass_env: list[str] = Field(default_factory=list, description="variables passed despite looking secret")
     vars: dict[str, str] = Field(default_factory=dict)
-    price_per_hour: float = Field(ge=0)
+    price_per_hour: float | None = Field(default=None, ge=0, description="required, except with runner = "
+                                         "\"skypilot\", where SkyPilot's catalog price is the default")
     chips: int = Field(default=1, gt=0)
     workdir: Literal["copy", "inplace"] = "copy"
     sandbox: Literal["auto", "bwrap", "none"] = Field(default="auto", description="bwrap: runs see only their "
@@ -161,6 +199,15 @@ class Profile(_Model):
             raise ValueError("cwd is a directory inside the source (e.g. 'src' or 'ports/jax'), not an absolute "
                              "path and not above the source")
         return v
+
+    @model_validator(mode="after")
+    def _runner(self) -> "Profile":
+        from ladder.runs.remote.targets import runner_problems
+
+        problems = runner_problems(self)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
 
 
 class ProbeSpec(_Model):

@@ -26,7 +26,7 @@ from ladder.runs.parse import OutputParser
 from ladder.migration.protocol import Protocol
 from ladder.runs.provenance import provenance
 from ladder.runs.records import RunRecord
-from ladder.runs.runner import RunRequest, get_runner
+from ladder.runs.runner import LineSink, RunRequest, get_runner
 from ladder.runs.runner.sandbox import resolve as resolve_sandbox
 from ladder.runs.runner.scrub import scrubbed_env
 from ladder.migration.spec import Profile, Spec, load_spec_protocol
@@ -139,20 +139,31 @@ def collect_export(spec: Spec, kind: str, cwd: Path, run_dir: Path) -> list[str]
     return [f"exported weights kept: {dst.name}"]
 
 
+def run_vars(run_dir: str, seed: int, slot: int | None) -> dict[str, str]:
+    """The variables ladder sets in every run, wherever it runs."""
+    out = {"PYTHONUNBUFFERED": "1", "LADDER_RUN_DIR": run_dir, "LADDER_SEED": str(seed)}
+    return out if slot is None else {**out, "LADDER_SLOT": str(slot)}
+
+
 def execute_run(spec: Spec, profile_name: str, kind: str, seed: int = 0, source: Path | None = None,
                 run_dir: Path | None = None, progress: Progress | None = None,
                 timeout_s: float | None = None, command: str | None = None,
-                environment: Environment | None = None) -> RunRecord:
+                environment: Environment | None = None, slot: int | None = None) -> RunRecord:
     """Run the experiment once and return its record (also saved as run_dir/run.json).
 
     `command` replaces the spec's command of that kind (a parity side, ladder.parity); `environment`
-    replaces the profile's (a fresh re-run built from the port's own setup file, ladder.grade)."""
+    replaces the profile's (a fresh re-run built from the port's own setup file, ladder.grade); `slot`
+    (0..parallel-1) tells a run started beside others which accelerator is its own (LADDER_SLOT)."""
     from ladder.runs.probe_report import merge_reports, probe_env
 
     if kind not in ("short", "full") and command is None:
         raise LadderError(f"unknown run kind {kind!r}", "use --kind short or --kind full")
-    protocol = load_spec_protocol(spec)
     profile = spec.profile(profile_name)
+    if profile.runner != "local":  # the same contract, kept on another machine
+        from ladder.runs.remote.execute import execute_remote_run
+
+        return execute_remote_run(spec, profile_name, kind, seed, source, run_dir, progress, timeout_s, slot)
+    protocol = load_spec_protocol(spec)
     source = (source or spec.source_dir).resolve()
     if not source.is_dir():
         raise LadderError(f"source {source} is not a directory", "pass --source DIR of a checkout")
@@ -205,7 +216,7 @@ def execute_run(spec: Spec, profile_name: str, kind: str, seed: int = 0, source:
 
     probe_opts = {**spec.probe.model_dump(), "roots": allowed_roots(read_only, writable)}
     env.update(probe_env(run_dir / "probe", probe_opts))
-    env.update({"PYTHONUNBUFFERED": "1", "LADDER_RUN_DIR": str(run_dir), "LADDER_SEED": str(seed)})
+    env.update(run_vars(str(run_dir), seed, slot))
     if prepared is not None:
         env["LADDER_PREPARED"] = str(prepared.out)
 
@@ -214,7 +225,7 @@ def execute_run(spec: Spec, profile_name: str, kind: str, seed: int = 0, source:
         run_id=run_dir.name, kind=kind, profile=profile_name, platform=profile.platform, seed=seed,  # type: ignore[arg-type]
         command=command, cwd=str(cwd), started_at=time.time(), timeout_s=timeout,
         metric_name=spec.parse_for(profile_name).metric_name, metric_direction=spec.parse_for(profile_name).direction,
-        provenance=provenance(source, env_info.python, []), price_per_hour=profile.price_per_hour,
+        provenance=provenance(source, env_info.python, []), price_per_hour=profile.price_per_hour or 0.0,
         chips=profile.chips, notes=[f"scrubbed from the environment: {', '.join(removed)}"] if removed else [],
         sandbox=sandbox,
     )
@@ -230,20 +241,10 @@ def execute_run(spec: Spec, profile_name: str, kind: str, seed: int = 0, source:
     if progress:
         progress("start", {"run_dir": str(run_dir), "command": command, "timeout_s": timeout})
 
-    last_report = [0.0]
-
-    def on_line(stream: str, line: str, t: float) -> None:
-        before = parser.loss_lines
-        parser.feed(line, t)
-        if progress and parser.loss_lines != before and t - last_report[0] > 0.1:
-            last_report[0] = t
-            progress("loss", {"step": parser.last_step, "loss": parser.last_loss, "t": t,
-                              "steps": spec.steps(kind)})
-
     runner = get_runner(profile.runner)
     outcome = runner.execute(RunRequest(argv=command, cwd=cwd, env=env, log_dir=run_dir, timeout_s=timeout,
                                         sandbox=sandbox, read_only=tuple(read_only), writable=tuple(writable)),
-                             on_line)
+                             line_sink(parser, progress, spec.steps(kind)))
     freezer.join(timeout=120)
 
     record.started_at = outcome.started_at  # the clock the line times (t) are measured from
@@ -251,6 +252,36 @@ def execute_run(spec: Spec, profile_name: str, kind: str, seed: int = 0, source:
     record.exit_code = outcome.exit_code
     record.timed_out = outcome.timed_out
     record.killed = outcome.killed_by_signal is not None and not outcome.timed_out
+    record.log_files = outcome.log_files
+    record.provenance.packages = packages
+    record.probe = merge_reports(run_dir / "probe")
+    record.integrity = changes(guarded, protected_state(spec))
+    record.notes += collect_export(spec, kind, cwd, run_dir)
+    fill_output(record, parser, patterns=kind in ("short", "full"))
+    record.save(run_dir)
+    write_manifest(run_dir)
+    if progress:
+        progress("end", {"run_dir": str(run_dir), "exit_code": outcome.exit_code,
+                         "timed_out": outcome.timed_out, "metric": parser.metric})
+    return record
+
+
+def line_sink(parser: OutputParser, progress: Progress | None, steps: int) -> LineSink:
+    """Feed each output line to the parser, and report the loss as it comes (at most every 0.1 s)."""
+    last_report = [0.0]
+
+    def on_line(stream: str, line: str, t: float) -> None:
+        before = parser.loss_lines
+        parser.feed(line, t)
+        if progress and parser.loss_lines != before and t - last_report[0] > 0.1:
+            last_report[0] = t
+            progress("loss", {"step": parser.last_step, "loss": parser.last_loss, "t": t, "steps": steps})
+
+    return on_line
+
+
+def fill_output(record: RunRecord, parser: OutputParser, patterns: bool = True) -> None:
+    """What the output said, into the record: curve, metric, evaluations, lines, and notes on the patterns."""
     record.loss_curve = parser.curve
     record.curve_stride = parser.stride
     record.loss_lines = parser.loss_lines
@@ -261,21 +292,10 @@ def execute_run(spec: Spec, profile_name: str, kind: str, seed: int = 0, source:
     record.first_lines = parser.first_lines
     record.last_lines = list(parser.last_lines)
     record.line_count = parser.line_count
-    record.log_files = outcome.log_files
-    record.provenance.packages = packages
-    record.probe = merge_reports(run_dir / "probe")
-    record.integrity = changes(guarded, protected_state(spec))
-    record.notes += collect_export(spec, kind, cwd, run_dir)
     if parser.unreadable:
         record.notes.append(f"{parser.unreadable} loss lines matched [parse].loss but their step or loss is not a number")
     if parser.repeated_steps:
         record.notes.append(f"{parser.repeated_steps} loss lines repeat or go back to an earlier step (first: step "
                             f"{parser.first_repeat}): the curve is read in the order printed; check [parse].loss")
-    if kind in ("short", "full"):
+    if patterns:
         record.notes += _pattern_notes(parser)
-    record.save(run_dir)
-    write_manifest(run_dir)
-    if progress:
-        progress("end", {"run_dir": str(run_dir), "exit_code": outcome.exit_code,
-                         "timed_out": outcome.timed_out, "metric": parser.metric})
-    return record

@@ -46,6 +46,34 @@ class Provenance(BaseModel):
     hostname: str = ""
 
 
+INFRASTRUCTURE_KINDS = ("connection_lost", "preempted", "remote_lost", "env_build_failed", "launch_failed")
+
+
+class InfrastructureFailure(BaseModel):
+    """The machine or the connection failed, not the code under test (remote runners only)."""
+
+    kind: Literal["connection_lost", "preempted", "remote_lost", "env_build_failed", "launch_failed"]
+    detail: str
+
+
+class RemoteRun(BaseModel):
+    """Where a remote runner kept the run, and what it cost to keep it there."""
+
+    runner: Literal["ssh", "skypilot"]
+    host: str  # the ssh host (alias) or the SkyPilot cluster
+    hostname: str = ""  # what the machine calls itself
+    run_dir: str  # the run's directory on that machine
+    job_id: int | None = None  # SkyPilot's job
+    # started_at, ended_at, the line times and the probe's times are all that machine's clock (one clock, so
+    # they agree with each other); this is how far it is from ladder's: remote minus local, from the fastest
+    # of a few round trips (half the round trip is the uncertainty).
+    clock_offset_s: float | None = None
+    clock_rtt_s: float | None = None
+    reconnects: int = 0
+    timings: dict[str, float] = Field(default_factory=dict)  # seconds: connect, env, sync, start, collect
+    price_source: str = ""  # "profile" or "skypilot catalog: ..."
+
+
 class RunRecord(BaseModel):
     """Everything ladder knows about one captured run. Stored as run.json in its run directory."""
 
@@ -84,6 +112,9 @@ class RunRecord(BaseModel):
     probe: dict[str, Any] | None = None  # merged probe reports (ladder.runs.probe_report)
     sandbox: str = "none"  # "bwrap" when the run could see only its own directory, environment and mounts
     integrity: list[str] = Field(default_factory=list)  # protected files that changed while the run ran
+    runner: str = "local"
+    remote: RemoteRun | None = None  # set by the ssh and skypilot runners
+    infrastructure: InfrastructureFailure | None = None  # not the port's failure: the machine's or the connection's
     notes: list[str] = Field(default_factory=list)
 
     @property

@@ -35,9 +35,11 @@ def journal_so_far(m: Migration) -> stoprules.JournalSoFar:
     for e in m.journal.entries("attempt"):
         results = m.journal.entries("attempt_result", attempt=e.attempt)
         best = highest_level(r.content.get("achieved_level") for r in results)
+        infra = [r.content.get("infrastructure") for r in results]
         attempts.append(stoprules.AttemptSummary(
             number=e.attempt, started_at=e.content.get("started_at", e.created_at),
-            ended_at=max((r.created_at for r in results), default=None), achieved_level=best))
+            ended_at=max((r.created_at for r in results), default=None), achieved_level=best,
+            infrastructure=infra[-1] if infra and all(infra) else None))
     return stoprules.JournalSoFar(migration_started_at=started, attempts=attempts)
 
 

@@ -334,10 +334,12 @@ def kill_orphans(m: Migration) -> list[str]:
     for d in sorted(attempt_runs_dir(m).glob("attempt-*")) + sorted(m.spec.baselines_dir.glob(".*partial/*")):
         rec = d / "run.json"
         try:
-            ended = RunRecord.load(d).ended_at is not None if rec.exists() else False
+            found = RunRecord.load(d) if rec.exists() else None
         except LadderError:
-            ended = False
-        if not ended:
+            found = None
+        if found is not None and found.remote is not None:
+            continue  # detached on its machine: resume follows it there (ensure_run), it is not an orphan
+        if found is None or found.ended_at is None:
             pids = kill_recorded(d)
             if pids:
                 killed.append(f"{m.rel(d)}: {len(pids)} process(es)")
@@ -369,15 +371,32 @@ def run_dir_for(m: Migration, n: int, kind: str, try_no: int) -> Path:
 
 
 def ensure_run(m: Migration, n: int, kind: str, progress: Progress = None) -> RunRecord:
-    """The attempt's run of this kind: reused when recorded, else executed (killed runs: once more)."""
+    """The attempt's run of this kind: reused when recorded, else executed (killed runs: once more). A remote
+    run a dead ladder left is followed to its end there, not started again; a run the infrastructure failed
+    (connection, machine, remote environment) is started again on the same code, [infrastructure].max_retries
+    times, and then stands as what it is."""
     entries = _run_entries(m, n, kind)
     for e in entries:
-        if not e.content.get("killed_by_supervisor_crash"):
+        if not e.content.get("killed_by_supervisor_crash") and not e.content.get("infrastructure"):
             return RunRecord.load(m.workspace / e.content["run_dir"])
+    infra = [e for e in entries if e.content.get("infrastructure")]
+    if len(infra) > m.protocol.infrastructure.max_retries:
+        return RunRecord.load(m.workspace / infra[-1].content["run_dir"])
+    retried = len(infra)
     recorded_dirs = {e.content["run_dir"] for e in entries}
     tries = sorted(attempt_runs_dir(m).glob(f"attempt-{n}-{kind}-try*"))
     for d in tries:
         if m.rel(d) not in recorded_dirs:  # started, never recorded: ladder died during this run
+            from ladder.runs.remote.execute import reattach_remote_run
+
+            found = reattach_remote_run(m.spec, d, progress)
+            if found is not None:  # it went on (or finished) on its machine
+                record = _record_run(m, n, d, found)
+                recorded_dirs.add(m.rel(d))
+                if record.infrastructure is None or retried >= m.protocol.infrastructure.max_retries:
+                    return record
+                retried += 1
+                continue
             write_manifest(d)
             ref = je.Ref(path=m.rel(d), digest=manifest_digest(d))
             je.append(m.journal, je.RunEntry(run_dir=ref.path, kind=kind, seed=0, profile="target", exit_code=None,  # type: ignore[arg-type]
@@ -385,14 +404,27 @@ def ensure_run(m: Migration, n: int, kind: str, progress: Progress = None) -> Ru
                                              digest=ref.digest, refs=[ref], killed_by_supervisor_crash=True),
                       author="ladder", attempt=n)
             recorded_dirs.add(m.rel(d))
-    killed = len(recorded_dirs)
+    killed = len(recorded_dirs) - retried
     if killed > MAX_KILLED_RETRIES:
         raise LadderError(f"attempt {n}'s {kind} run was killed {killed} times; not starting it again",
                           "look at the run directories under runs/, then `ladder resume --decision stop` or fix the machine")
     attempt = attempt_entry(m, n)
     source = m.workspace / attempt.content["worktree"]
-    run_dir = run_dir_for(m, n, kind, killed + 1)
-    record = execute_run(m.spec, "target", kind, seed=0, source=source, run_dir=run_dir, progress=progress)
+    while True:
+        run_dir = run_dir_for(m, n, kind, len(recorded_dirs) + 1)
+        record = _record_run(m, n, run_dir, execute_run(m.spec, "target", kind, seed=0, source=source,
+                                                         run_dir=run_dir, progress=progress))
+        recorded_dirs.add(m.rel(run_dir))
+        if record.infrastructure is None or retried >= m.protocol.infrastructure.max_retries:
+            return record
+        retried += 1
+        if progress:
+            progress("warning", {"message": f"attempt {n}'s {kind} run failed for the infrastructure "
+                                            f"({record.infrastructure.kind}): running it again on the same code "
+                                            f"({retried}/{m.protocol.infrastructure.max_retries})"})
+
+
+def _record_run(m: Migration, n: int, run_dir: Path, record: RunRecord) -> RunRecord:
     shutil.rmtree(run_dir / "work", ignore_errors=True)  # the code is in git at the attempt's commit
     je.append_run(m.journal, n, run_dir, root=m.workspace)
     return record
@@ -414,7 +446,8 @@ def _judge(m: Migration, n: int, kind: str, baseline: Baseline) -> Entry:
                        expected_platform=m.spec.profile("target").platform,
                        full_run=run if kind == "full" else None,
                        options={"run_dir": m.rel(run_dir), **parity_options(m, n, kind, run, run_dir)})
-    result = run_ladder(ctx, up_to="L4" if kind == "full" else "L2")
+    # a run the infrastructure cut short has no output to compare: nothing above L0 is asked (nor seeds for it)
+    result = run_ladder(ctx, up_to="L0" if run.infrastructure else "L4" if kind == "full" else "L2")
     result.run_dir = str(run_dir)
     entry = je.append_check(m.journal, n, result, kind, root=m.workspace)
     _record_notes(m, n, result, run)
@@ -424,11 +457,13 @@ def _judge(m: Migration, n: int, kind: str, baseline: Baseline) -> Entry:
 def _result(m: Migration, n: int, kind: str, found: Entry, rejudged: bool) -> None:
     decl = declaration(m, n)
     started = attempt_entry(m, n).content.get("started_at")
+    run = RunRecord.load(m.workspace / found.content["run_dir"]) if found.content.get("run_dir") else None
     je.append_attempt_result(
         m.journal, n, declared_level=decl.content.get("level") if decl else None,
         achieved_level=found.content["achieved_level"], kind=kind,
         wall_s=round(time.time() - started, 3) if started else None,
-        caught_by=caught_by(found.content["checks"]), rejudged=rejudged)
+        caught_by=caught_by(found.content["checks"]), rejudged=rejudged,
+        infrastructure=run.infrastructure.kind if run is not None and run.infrastructure else None)
     update_pull_request(m, n)
 
 

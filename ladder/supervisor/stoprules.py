@@ -34,6 +34,7 @@ class AttemptSummary(BaseModel):
     started_at: float  # epoch seconds
     ended_at: float | None = None
     achieved_level: Level | None = None
+    infrastructure: str | None = None  # its run failed for the machine or the connection: not an attempt of the port
 
 
 class JournalSoFar(BaseModel):
@@ -66,9 +67,11 @@ def no_l0(journal: JournalSoFar, protocol: "Protocol", latest: RunRecord | None 
         now = max([journal.latest_time()] + ([latest.ended_at or latest.started_at] if latest else []))
     hours = (now - journal.migration_started_at) / 3600.0
     reached = [a.number for a in journal.attempts if level_index(a.achieved_level) >= 0]
-    n = len(journal.attempts)
+    # An attempt the infrastructure failed says nothing about the port: it is not an attempt without L0.
+    infra = [a.number for a in journal.attempts if a.infrastructure and a.achieved_level is None]
+    n = len(journal.attempts) - len(infra)
     ev = {"attempts": n, "hours": hours, "max_attempts": lim.max_attempts_without_l0,
-          "max_hours": lim.max_hours_without_l0, "attempts_with_l0": reached}
+          "max_hours": lim.max_hours_without_l0, "attempts_with_l0": reached, "infrastructure_failures": infra}
     if reached:
         return StopDecision(False, "no_l0", f"attempt {reached[0]} reached L0", ev)
     if n >= lim.max_attempts_without_l0:
