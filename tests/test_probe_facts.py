@@ -226,7 +226,7 @@ def _optax_multi(decay_embeddings: bool) -> dict:
 
 @pytest.mark.slow
 @pytest.mark.jax
-@pytest.mark.parametrize("mode", ["chain", "multi"])
+@pytest.mark.parametrize("mode", ["chain", "multi", "inject"])
 def test_optax_ports_match_their_torch_reference_optimizer(tmp_path, jax_python, mode) -> None:
     """Real runs: torch AdamW with decay and no-decay groups and clip_grad_norm_, against the JAX port with an
     adamw decay mask in a chain, and with multi_transform branches: the same optimisation, tensor by tensor."""

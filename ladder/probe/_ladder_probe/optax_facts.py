@@ -71,6 +71,8 @@ def _wrap_ctor(name: str, fn):
         try:
             if isinstance(tx, _orig["gt"]):
                 tx = _described(name, tx, sig, args, kwargs)
+            elif name in _INJECTORS and callable(tx) and args:
+                tx = _injected(tx, args[0])
         except Exception as e:
             core.record_error(f"optax {name}", e)
         return tx
@@ -78,6 +80,33 @@ def _wrap_ctor(name: str, fn):
     functools.update_wrapper(ctor, fn)
     ctor._ladder_wrapped = True
     return ctor
+
+
+_INJECTORS = {"inject_hyperparams", "inject_stateful_hyperparams"}
+
+
+def _injected(factory, inner):
+    """inject_hyperparams(optax.sgd) returns a factory; the transformation it makes is described as the inner
+    one with the arguments it was given (the inner is built again at init time, outside any chain)."""
+    import inspect
+
+    inner_name = getattr(inner, "__name__", "inject_hyperparams")
+    try:
+        inner_sig = inspect.signature(inner)
+    except (TypeError, ValueError):
+        inner_sig = None
+
+    @functools.wraps(factory)
+    def made(*args, **kwargs):
+        tx = factory(*args, **kwargs)
+        try:
+            if isinstance(tx, _orig["gt"]):
+                return _described(inner_name, tx, inner_sig, args, kwargs)
+        except Exception as e:
+            core.record_error(f"optax inject_hyperparams({inner_name})", e)
+        return tx
+
+    return made
 
 
 def _described(name: str, tx, sig, args, kwargs):
