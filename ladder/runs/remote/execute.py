@@ -122,7 +122,8 @@ def execute_remote_run(spec: Spec, profile_name: str, kind: str, seed: int, sour
         record.remote.hostname, record.remote.run_dir = machine.hostname, remote_dir
         record.remote.clock_offset_s, record.remote.clock_rtt_s = offset, rtt
         t = time.time()
-        prepared = machine.prepare({"cache": profile.ssh.cache or f"{machine.root}/cache", "setup": profile.setup,
+        prepared = machine.prepare({"name": profile_name, "cache": profile.ssh.cache or f"{machine.root}/cache",
+                                    "setup": profile.setup,
                                     "python": profile.python, "sandbox": profile.sandbox, "mounts": profile.mounts,
                                     "read_only": [machine.probe_dir]},
                                    (lambda m: progress("env", {"message": f"{machine.hostname}: {m}"})) if progress
