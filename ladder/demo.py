@@ -52,7 +52,7 @@ def build_environments(workspace: Path, progress: Callable[[str, dict], None] | 
     for name in ("reference", "target"):
         if progress:
             progress("env", {"message": f"{name} environment ({spec.profile(name).platform})"})
-        out[name] = profile_environment(spec.profile(name), progress).python
+        out[name] = profile_environment(spec.profile(name), progress, name).python
     return out
 
 

@@ -137,7 +137,8 @@ def _execute_into(spec: Spec, profile: str, plan: list[tuple[str, int]], partial
         if prior is not None:
             done[name] = prior
             if progress:
-                progress("reuse", {"run": name, "index": i, "total": len(plan)})
+                progress("reuse", {"run": name, "index": i, "total": len(plan), "profile": profile, "kind": kind,
+                                   "seed": seed})
             continue
         if run_dir.exists():
             shutil.rmtree(run_dir)
@@ -152,8 +153,8 @@ def _execute_into(spec: Spec, profile: str, plan: list[tuple[str, int]], partial
             slot = free.pop(0)
         try:
             if said:
-                said("baseline_run", {"run": f"{kind}-s{seed}", "index": i, "total": len(plan), "kind": kind,
-                                      "seed": seed})
+                said("baseline_run", {"run": f"{kind}-s{seed}", "index": i, "total": len(plan), "profile": profile,
+                                      "kind": kind, "seed": seed})
             return execute_run(spec, profile, kind, seed, run_dir=partial / f"{kind}-s{seed}", progress=said,
                                slot=slot if parallel > 1 else None)
         finally:

@@ -31,7 +31,9 @@ from ladder.runs.runner.sandbox import resolve as resolve_sandbox
 from ladder.runs.runner.scrub import scrubbed_env
 from ladder.migration.spec import Profile, Spec, load_spec_protocol
 
-Progress = Callable[[str, dict], None]  # (event, data): "env", "start", "loss", "end"
+# (event, data): "env", "start", "loss", "end", "warning", and ladder.runs.envs's "env_*" while a setup builds;
+# execute_run adds the run's "profile", "kind" and "seed" to each, so that a display can say whose it is
+Progress = Callable[[str, dict], None]
 COPY_IGNORE_PATTERNS = (".git", "runs", "baselines", "journals", "__pycache__", "*.pyc", ".ladder*", "ladder.toml")
 
 
@@ -46,10 +48,9 @@ class RunPlan:
     timeout_s: float
 
 
-def profile_environment(profile: Profile, progress: Progress | None = None) -> Environment:
+def profile_environment(profile: Profile, progress: Progress | None = None, name: str = "") -> Environment:
     if profile.setup:
-        cb = (lambda msg: progress("env", {"message": msg})) if progress else None
-        return ensure_env(profile.setup, profile.python or "{env}/bin/python", cb)
+        return ensure_env(profile.setup, profile.python or "{env}/bin/python", progress, name)
     return Environment(resolve_interpreter(profile.python), None)
 
 
@@ -158,6 +159,7 @@ def execute_run(spec: Spec, profile_name: str, kind: str, seed: int = 0, source:
 
     if kind not in ("short", "full") and command is None:
         raise LadderError(f"unknown run kind {kind!r}", "use --kind short or --kind full")
+    progress = tagged(progress, {"profile": profile_name, "kind": kind, "seed": seed})
     profile = spec.profile(profile_name)
     if profile.runner != "local":  # the same contract, kept on another machine
         from ladder.runs.remote.execute import execute_remote_run
@@ -167,7 +169,7 @@ def execute_run(spec: Spec, profile_name: str, kind: str, seed: int = 0, source:
     source = (source or spec.source_dir).resolve()
     if not source.is_dir():
         raise LadderError(f"source {source} is not a directory", "pass --source DIR of a checkout")
-    env_info = environment or profile_environment(profile, progress)
+    env_info = environment or profile_environment(profile, progress, profile_name)
     from ladder.runs.prepare import ensure_prepared, link_prepared
 
     prepared = ensure_prepared(spec, profile_name, source, env_info.python, progress)
@@ -261,9 +263,20 @@ def execute_run(spec: Spec, profile_name: str, kind: str, seed: int = 0, source:
     record.save(run_dir)
     write_manifest(run_dir)
     if progress:
-        progress("end", {"run_dir": str(run_dir), "exit_code": outcome.exit_code,
-                         "timed_out": outcome.timed_out, "metric": parser.metric})
+        progress("end", end_event(record, run_dir))
     return record
+
+
+def tagged(progress: Progress | None, tags: dict) -> Progress | None:
+    """`progress` with the run's identity added to each event's data."""
+    if progress is None:
+        return None
+    return lambda event, data: progress(event, {**tags, **data})
+
+
+def end_event(record: RunRecord, run_dir: Path) -> dict:
+    return {"run_dir": str(run_dir), "exit_code": record.exit_code, "timed_out": record.timed_out,
+            "metric_name": record.metric_name, "metric": record.metric, "wall_s": record.wall_s}
 
 
 def line_sink(parser: OutputParser, progress: Progress | None, steps: int) -> LineSink:

@@ -32,7 +32,7 @@ import sys
 import tarfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 REQUEST, SUPERVISOR, EXIT, AGENT_LOG = "request.json", "supervisor.json", "exit.json", "agent.log"
 LOGS = {"stdout": "stdout.log", "stderr": "stderr.log"}
@@ -74,6 +74,20 @@ def _reply(data: dict[str, Any]) -> None:
 
 # ------------------------------------------------------------------------------------------- prepare
 
+def _say_on_stderr() -> Callable[[str, dict], None]:
+    """An environment build's progress in words, a line each on stderr (ladder shows them as they come)."""
+    from ladder._progress import Narrator
+
+    narrator = Narrator("")
+
+    def say(event: str, data: dict) -> None:
+        line = narrator.line(event, data)
+        if line:
+            print(line, file=sys.stderr, flush=True)
+
+    return say
+
+
 def prepare(req: dict[str, Any]) -> dict[str, Any]:
     from ladder._util.errors import LadderError
     from ladder.runs.envs import ensure_env, package_list, resolve_interpreter
@@ -92,8 +106,7 @@ def prepare(req: dict[str, Any]) -> dict[str, Any]:
     setup = req.get("setup")
     try:
         if setup:
-            env = ensure_env(setup, req.get("python") or "{env}/bin/python",
-                             lambda msg: print(msg, file=sys.stderr, flush=True))
+            env = ensure_env(setup, req.get("python") or "{env}/bin/python", _say_on_stderr(), req.get("name", ""))
             python, built = env.python, env.built_now
         else:
             python, built = resolve_interpreter(req.get("python") or sys.executable), False

@@ -15,7 +15,7 @@ from pathlib import Path
 
 LADDER = Path(__file__).resolve().parents[2]
 # The agent and what it imports on the remote side; each of these imports the standard library only.
-MODULES = ("__init__.py", "_util/__init__.py", "_util/errors.py", "runs/__init__.py", "runs/envs.py",
+MODULES = ("__init__.py", "_progress.py", "_util/__init__.py", "_util/errors.py", "runs/__init__.py", "runs/envs.py",
            "runs/runner/__init__.py", "runs/runner/local.py", "runs/runner/sandbox.py", "runs/runner/tree.py",
            "runs/runner/scrub.py", "runs/remote/__init__.py", "runs/remote/agent.py")
 AGENT = "ladder/runs/remote/agent.py"

@@ -35,8 +35,8 @@ from ladder._util.errors import LadderError
 from ladder._util.hashing import write_manifest
 from ladder.migration.protocol import Protocol
 from ladder.migration.spec import Profile, Spec, load_spec_protocol
-from ladder.runs.execute import (Progress, _command, copy_source, fill_output, line_sink, new_run_dir, run_vars,
-                                 timeout_for)
+from ladder.runs.execute import (Progress, _command, copy_source, end_event, fill_output, line_sink, new_run_dir,
+                                 run_vars, timeout_for)
 from ladder.runs.parse import OutputParser
 from ladder.runs.provenance import provenance
 from ladder.runs.records import InfrastructureFailure as InfraRecord
@@ -122,7 +122,8 @@ def execute_remote_run(spec: Spec, profile_name: str, kind: str, seed: int, sour
         record.remote.hostname, record.remote.run_dir = machine.hostname, remote_dir
         record.remote.clock_offset_s, record.remote.clock_rtt_s = offset, rtt
         t = time.time()
-        prepared = machine.prepare({"cache": profile.ssh.cache or f"{machine.root}/cache", "setup": profile.setup,
+        prepared = machine.prepare({"name": profile_name, "cache": profile.ssh.cache or f"{machine.root}/cache",
+                                    "setup": profile.setup,
                                     "python": profile.python, "sandbox": profile.sandbox, "mounts": profile.mounts,
                                     "read_only": [machine.probe_dir]},
                                    (lambda m: progress("env", {"message": f"{machine.hostname}: {m}"})) if progress
@@ -203,7 +204,7 @@ def record_infrastructure(record: RunRecord, run_dir: Path, e: InfrastructureFai
     write_manifest(run_dir)
     if progress:
         progress("warning", {"message": f"infrastructure failure ({e.kind}): {e.detail[:300]}"})
-        progress("end", {"run_dir": str(run_dir), "exit_code": None, "timed_out": False, "metric": None})
+        progress("end", {**end_event(record, run_dir), "infrastructure": e.kind})
     return record
 
 
@@ -296,6 +297,5 @@ def finish_remote(record: RunRecord, run_dir: Path, exit_info: dict[str, Any], p
     record.save(run_dir)
     write_manifest(run_dir)
     if progress:
-        progress("end", {"run_dir": str(run_dir), "exit_code": record.exit_code, "timed_out": record.timed_out,
-                         "metric": parser.metric})
+        progress("end", end_event(record, run_dir))
     return record
