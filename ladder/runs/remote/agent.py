@@ -88,6 +88,9 @@ def _say_on_stderr() -> Callable[[str, dict], None]:
     return say
 
 
+PREPARE_REFUSED = 3  # prepare's exit code when its reply carries an error (the reply says which)
+
+
 def prepare(req: dict[str, Any]) -> dict[str, Any]:
     from ladder._util.errors import LadderError
     from ladder.runs.envs import ensure_env, package_list, resolve_interpreter
@@ -366,7 +369,7 @@ def main(argv: list[str]) -> int:
     if cmd == "prepare":
         reply = prepare(json.loads(sys.stdin.read()))
         _reply(reply)
-        return 3 if reply.get("error") else 0
+        return PREPARE_REFUSED if reply.get("error") else 0
     if cmd == "job":
         return job(json.loads(os.environ["LADDER_JOB"]))
     run_dir = Path(os.path.expanduser(args[0])).resolve()

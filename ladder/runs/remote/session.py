@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 from ladder.migration.protocol import Infrastructure
+from ladder.runs.remote.agent import PREPARE_REFUSED
 from ladder.runs.remote.bundle import AGENT, bundle
 from ladder.runs.remote.ssh import RemoteError, SshConnection, TransportError, json_reply, shell
 
@@ -159,6 +160,8 @@ class Machine:
             th.join(timeout=5)
             if rc == 255:
                 raise TransportError("\n".join(err[-5:]))
+            if rc == PREPARE_REFUSED and out.strip():
+                rc = 0  # the agent's answer is its reply (a failed build, a spec problem), not a crash
             return json_reply(subprocess.CompletedProcess([], rc, out, "\n".join(err).encode()), "prepare")
 
         return self.reconnects.retry(once, "building the environment")
