@@ -81,7 +81,8 @@ def _png(fig: plt.Figure) -> bytes:
 def _grid(n: int, height: float) -> tuple[plt.Figure, list[plt.Axes]]:
     cols = 1 if n == 1 else 2
     rows = math.ceil(n / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(11, height * rows), squeeze=False, sharex=True)
+    fig, axes = plt.subplots(rows, cols, figsize=(11, height * rows + 0.4), squeeze=False, sharex=True,
+                             layout="constrained")  # keeps the suptitle clear of a single panel's title
     flat = list(axes.flat)
     for ax in flat[n:]:
         ax.set_visible(False)
