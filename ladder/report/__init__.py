@@ -9,7 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from ladder.report.build import ReportData, gather
-from ladder.report.render import figures, notes_markdown, render_html, render_markdown
+from ladder.report.figures import figures
+from ladder.report.render import notes_markdown, render_html, render_markdown
 
 __all__ = ["ReportData", "gather", "notes_markdown", "render_html", "render_markdown", "write_report"]
 
@@ -29,9 +30,9 @@ def write_report(journal_path: Path, html_path: Path, root: Path | None = None) 
     tmp.replace(html_path)
     md_path = html_path.with_suffix(".md")
     images = {}
-    for title, png in figs:
-        png_path = html_path.with_name(f"{html_path.stem}-{_slug(title)}.png")
-        png_path.write_bytes(png)
-        images[title] = png_path.name
+    for f in figs:
+        png_path = html_path.with_name(f"{html_path.stem}-{_slug(f.title)}.png")
+        png_path.write_bytes(f.png)
+        images[f.title] = png_path.name
     md_path.write_text(render_markdown(data, images), encoding="utf-8")
     return html_path, md_path, data

@@ -1,12 +1,16 @@
 """The report's figures, drawn with matplotlib's Agg backend and returned as PNG bytes.
 
-Pure drawing: the data comes in as run records and numbers; nothing here reads the journal.
+Pure drawing: the data comes in as panels and points (ladder.report.figures builds them from what the
+checks judged); nothing here reads the journal. Attempts are kept apart by colour and by dash or marker,
+so that the figures survive a grey-scale print; the baseline's band is always grey.
 """
 
 from __future__ import annotations
 
 import io
-from typing import Callable
+import math
+from dataclasses import dataclass, field
+from typing import Any
 
 import matplotlib
 
@@ -15,107 +19,133 @@ matplotlib.use("Agg")  # no display: the report is rendered headless, in CI too
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from ladder.checks.compare import curve_arrays  # noqa: E402
-from ladder.runs.records import RunRecord  # noqa: E402
-
-Series = Callable[[RunRecord], "tuple[np.ndarray, np.ndarray] | None"]
-
-
-def loss_series(r: RunRecord) -> tuple[np.ndarray, np.ndarray] | None:
-    return curve_arrays(r.loss_curve) if r.loss_curve else None
-
-BASELINE_COLOR = "#444444"
-PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2", "#bcbd22"]
+BAND_COLOR = "#8c8c8c"
+PALETTE = ["#0072b2", "#d55e00", "#009e73", "#cc79a7", "#e69f00", "#56b4e9", "#7f3c8d", "#3b3b98", "#a0522d"]
+DASHES: list[Any] = ["-", (0, (6, 2)), (0, (1.5, 1.5)), (0, (7, 2, 1.5, 2)), (0, (3, 1, 1, 1, 1, 1)), (0, (10, 3))]
+MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*", "h"]
+STATUS_COLOR = {"passed": "#17773a", "failed": "#b3261e", "undecided": "#6a3fb5"}
+XY = tuple[np.ndarray, np.ndarray]
 
 
 def attempt_color(i: int) -> str:
     return PALETTE[i % len(PALETTE)]
 
 
+def attempt_dash(i: int) -> Any:
+    return DASHES[i % len(DASHES)]
+
+
+def attempt_marker(i: int) -> str:
+    return MARKERS[i % len(MARKERS)]
+
+
+@dataclass
+class CurvePanel:
+    """One run's judged curve. band: the check's per-step band (steps, mean, lo, hi, run: the run's smoothed
+    curve); without one, the raw curves are drawn: the run's and the baseline's it was compared with. A band
+    journaled without the smoothed curve (older journals) is drawn with the run's curve as logged."""
+
+    title: str
+    index: int  # the attempt's position: its colour and dash
+    status: str
+    band: dict[str, Any] | None = None
+    first_out: int | None = None
+    run: XY | None = None
+    baseline: list[XY] = field(default_factory=list)
+
+    @property
+    def drawable(self) -> bool:
+        return self.band is not None or self.run is not None
+
+
+@dataclass(frozen=True)
+class ValuePoint:
+    """One run's judged number and the interval it had to fall in (None: no band was drawn)."""
+
+    label: str
+    index: int
+    status: str
+    value: float
+    lo: float | None = None
+    hi: float | None = None
+    centre: float | None = None
+
+
 def _png(fig: plt.Figure) -> bytes:
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
     plt.close(fig)
     return buf.getvalue()
 
 
-def _finite(steps: np.ndarray, loss: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    ok = np.isfinite(loss)
-    return steps[ok], loss[ok]
+def _grid(n: int, height: float) -> tuple[plt.Figure, list[plt.Axes]]:
+    cols = 1 if n == 1 else 2
+    rows = math.ceil(n / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(11, height * rows + 0.4), squeeze=False, sharex=True,
+                             layout="constrained")  # keeps the suptitle clear of a single panel's title
+    flat = list(axes.flat)
+    for ax in flat[n:]:
+        ax.set_visible(False)
+    return fig, flat[:n]
 
 
-def seed_band(runs: list[RunRecord], series: Series = loss_series
-              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
-    """Steps, min, mean, max of the seeds' curves (losses by default) over the steps they all cover
-    (None for < 2 seeds)."""
-    curves = [_finite(*xy) for xy in map(series, runs) if xy is not None]
-    curves = [c for c in curves if len(c[0]) >= 2]
-    if len(curves) < 2:
-        return None
-    lo, hi = max(c[0][0] for c in curves), min(c[0][-1] for c in curves)
-    grid = np.unique(np.concatenate([c[0][(c[0] >= lo) & (c[0] <= hi)] for c in curves]))
-    if len(grid) < 2:
-        return None
-    stack = np.vstack([np.interp(grid, s, v) for s, v in curves])
-    return grid, stack.min(axis=0), stack.mean(axis=0), stack.max(axis=0)
+def _draw_band(ax: plt.Axes, p: CurvePanel) -> None:
+    b = p.band or {}
+    steps = np.asarray(b["steps"], dtype=float)
+    ax.fill_between(steps, b["lo"], b["hi"], color=BAND_COLOR, alpha=0.3, lw=0, label="baseline band")
+    ax.plot(steps, b["mean"], color=BAND_COLOR, lw=1.6, ls=(0, (4, 2)), label="baseline seeds' mean")
+    style = {"color": attempt_color(p.index), "ls": attempt_dash(p.index), "lw": 2.0}
+    if "run" in b:
+        ax.plot(steps, b["run"], label="run, smoothed", **style)
+    elif p.run is not None:  # a journal written before checks kept the smoothed curve
+        ax.plot(*p.run, label="run, as logged", **style)
+    if p.first_out is not None:
+        ax.axvline(p.first_out, color=STATUS_COLOR["failed"], lw=1, ls=":", label=f"leaves the band at {p.first_out}")
 
 
-def loss_curves_png(baseline: list[RunRecord], attempts: list[tuple[str, int, list[RunRecord]]],
-                    title: str, series: Series = loss_series, ylabel: str = "loss") -> bytes:
-    """Every attempt's runs over the baseline; the baseline's seed band is shaded when it has several seeds.
+def _draw_raw(ax: plt.Axes, p: CurvePanel) -> None:
+    for k, (s, v) in enumerate(p.baseline):
+        ax.plot(s, v, color=BAND_COLOR, lw=1.2, label="baseline seed(s)" if k == 0 else None)
+    if p.run is not None:
+        ax.plot(*p.run, color=attempt_color(p.index), ls=attempt_dash(p.index), lw=1.6, label="run (no band)")
 
-    attempts: (label, colour index, runs) per attempt. `series` picks the curve (the loss by default).
-    """
-    fig, ax = plt.subplots(figsize=(10, 4.6))
-    band = seed_band(baseline, series)
-    if band is not None:
-        steps, lo, mean, hi = band
-        ax.fill_between(steps, lo, hi, color=BASELINE_COLOR, alpha=0.22, lw=0,
-                        label=f"baseline seed band ({len(baseline)} seeds, min-max)")
-        ax.plot(steps, mean, color=BASELINE_COLOR, lw=2.2, label="baseline mean")
-    else:
-        for r in baseline:
-            if (xy := series(r)) is not None:
-                ax.plot(*_finite(*xy), color=BASELINE_COLOR, lw=2.2, label=f"baseline (seed {r.seed})")
-    for label, ci, runs in attempts:
-        for k, r in enumerate(runs):
-            if (xy := series(r)) is None:
-                continue
-            s, v = _finite(*xy)
-            if len(s):
-                ax.plot(s, v, color=attempt_color(ci), lw=1.3, alpha=0.9, label=label if k == 0 else None)
-    ax.set_xlabel("step")
-    ax.set_ylabel(ylabel)
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, ncol=2, loc="upper right")
+
+def curve_panels_png(panels: list[CurvePanel], title: str, ylabel: str) -> bytes:
+    """One panel per judged run: its curve against the band the check drew (or the raw curves without one)."""
+    fig, axes = _grid(len(panels), 3.0)
+    for ax, p in zip(axes, panels):
+        (_draw_band if p.band is not None else _draw_raw)(ax, p)
+        ax.set_title(p.title, fontsize=10, color=STATUS_COLOR.get(p.status, "#555555"))
+        ax.set_ylabel(ylabel, fontsize=9)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="upper right")
+    for ax in axes[-2:]:
+        ax.set_xlabel("step")
+    fig.suptitle(title, fontsize=12)
     return _png(fig)
 
 
-def metric_png(metric_name: str, baseline_metrics: list[float],
-               attempts: list[tuple[int, int, list[float]]], direction: str) -> bytes:
-    """Metric per attempt (one dot per run) against the baseline's band (min-max of its seeds).
+def _draw_point(ax: plt.Axes, x: int, p: ValuePoint) -> None:
+    if p.lo is not None and p.hi is not None:
+        ax.plot([x, x], [p.lo, p.hi], color=BAND_COLOR, lw=9, alpha=0.45, solid_capstyle="butt",
+                label="band" if x == 0 else None)
+    if p.centre is not None:
+        ax.plot([x - 0.22, x + 0.22], [p.centre] * 2, color=BAND_COLOR, lw=1.6, label="baseline" if x == 0 else None)
+    ax.scatter([x], [p.value], color=attempt_color(p.index), marker=attempt_marker(p.index), s=60, zorder=3,
+               edgecolors=STATUS_COLOR.get(p.status, "#555555"), linewidths=1.5)
+    ax.annotate(f"{p.value:.4g}", (x, p.value), textcoords="offset points", xytext=(9, -3), fontsize=8)
 
-    attempts: (attempt number, colour index, metrics of its runs).
-    """
-    fig, ax = plt.subplots(figsize=(10, 3.6))
-    if baseline_metrics:
-        lo, hi, mean = min(baseline_metrics), max(baseline_metrics), float(np.mean(baseline_metrics))
-        if hi > lo:
-            ax.axhspan(lo, hi, color=BASELINE_COLOR, alpha=0.2, lw=0,
-                       label=f"baseline band ({len(baseline_metrics)} seeds)")
-        ax.axhline(mean, color=BASELINE_COLOR, lw=1.8, ls="--", label=f"baseline {mean:.4g}")
-    xs = []
-    for number, ci, values in attempts:
-        for v in values:
-            ax.scatter([number], [v], color=attempt_color(ci), s=46, zorder=3)
-            ax.annotate(f"{v:.4g}", (number, v), textcoords="offset points", xytext=(6, 4), fontsize=8)
-        xs.append(number)
-    if xs:
-        ax.set_xticks(sorted(set(xs)))
-    ax.set_xlabel("attempt")
-    ax.set_ylabel(f"{metric_name} ({'higher' if direction == 'max' else 'lower'} is better)")
-    ax.set_title(f"{metric_name} per attempt")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="best")
+
+def values_png(groups: list[tuple[str, list[ValuePoint]]]) -> bytes:
+    """Dot-and-interval plot: per check (one panel), every run's value against its band."""
+    fig, axes = plt.subplots(1, len(groups), figsize=(11, 3.8), squeeze=False)
+    for ax, (name, points) in zip(axes[0], groups):
+        for x, p in enumerate(points):
+            _draw_point(ax, x, p)
+        ax.set_xticks(range(len(points)))
+        ax.set_xticklabels([f"{p.label}\n{p.status.replace('_', ' ')}" for p in points], fontsize=8)
+        ax.set_xlim(-0.6, len(points) - 0.4)
+        ax.set_title(name, fontsize=10)
+        ax.grid(alpha=0.3, axis="y")
+        ax.legend(fontsize=7, loc="best")
     return _png(fig)

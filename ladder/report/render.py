@@ -16,15 +16,13 @@ from ladder.journal.entries import CheckEntry
 from ladder.checks.results import level_index
 from ladder.report.build import ReportData
 from ladder.report.parity import parity_html, parity_markdown
-from ladder.report.plots import attempt_color, loss_curves_png, metric_png
-from ladder.checks.stats import grad_norm_series
+from ladder.report.figures import Figure, figures
+from ladder.report.plots import attempt_color
+from ladder.report.words import detail, first_failed, headline, measured_text
 
-
-def _judged_grad_norm(run):  # -> (steps, values) | None: the series the curve check judges
-    s = grad_norm_series(run, True) or grad_norm_series(run)
-    return None if s is None else (s[0], s[1])
-
-STATUS_MARK = {"passed": "pass", "failed": "FAIL", "not_checked": "not checked", "undecided": "undecided"}
+STATUS_MARK = {"passed": "passed", "failed": "FAILED", "not_checked": "not checked", "not_applicable": "n/a",
+               "undecided": "undecided"}
+GREY = ("not_checked", "not_applicable")  # could not measure, or nothing to measure: never green
 
 CSS = """
 body{font-family:-apple-system,'Segoe UI',Roboto,'DejaVu Sans',Arial,sans-serif;margin:0;background:#f4f5f7;color:#1d2330}
@@ -40,8 +38,13 @@ table{border-collapse:collapse;background:#fff;width:100%;font-size:13px;margin:
 th,td{border:1px solid #dfe3ea;padding:5px 8px;text-align:left;vertical-align:top}
 th{background:#eef0f4;font-weight:600}
 td.num{text-align:right;font-variant-numeric:tabular-nums}
-.passed{color:#17773a;font-weight:600}.failed{color:#b3261e;font-weight:600}
-.not_checked,.undecided{color:#8a6d00}
+td.status{font-weight:600;white-space:nowrap}
+.passed{background:#def3e4;color:#17773a}.failed{background:#fde2e0;color:#b3261e}
+.undecided{background:#ece3fb;color:#5b2fa0}.grey{background:#eceef1;color:#6b7280;font-weight:400}
+table.summary td{font-size:14px}table.summary td.first{color:#3a4150}
+details.more summary{cursor:pointer;color:#5a6272;font-size:12px}
+details.more pre{white-space:pre-wrap;font-size:12px;margin:4px 0;color:#3a4150}
+figure{margin:14px 0}figcaption{font-size:12px;color:#5a6272}
 .ev{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12px;word-break:break-word}
 .attempt{background:#fff;border:1px solid #dfe3ea;border-left:6px solid var(--c);border-radius:8px;padding:8px 18px 10px;margin:14px 0}
 .badge{display:inline-block;padding:1px 8px;border-radius:10px;font-size:12px;font-weight:600;margin-left:6px}
@@ -84,34 +87,6 @@ def _verdict(a: AttemptView) -> tuple[str, str]:
     return ("ok", "as declared") if gap == 0 else ("under", f"exceeded the declaration by {-gap}")
 
 
-# ------------------------------------------------------------------ figures
-
-def figures(d: ReportData) -> list[tuple[str, bytes]]:
-    figs = []
-    for kind, base in (("short", d.baseline_short), ("full", d.baseline_full)):
-        per_attempt = [(f"attempt {a.number}", i, [d.runs[r.run_dir] for r in a.runs
-                                                   if r.kind == kind and r.run_dir in d.runs])
-                       for i, a in enumerate(d.history.attempts)]
-        per_attempt = [p for p in per_attempt if p[2]]
-        if base or per_attempt:
-            figs.append((f"loss curves, {kind} runs",
-                         loss_curves_png(base, per_attempt, f"loss, {kind} runs: every attempt over the baseline")))
-        if kind == "short" and any(grad_norm_series(r) is not None for r in base + [r for p in per_attempt for r in p[2]]):
-            figs.append(("gradient norms, short runs",
-                         loss_curves_png(base, per_attempt, "scale-free gradient norm ||g|| x ||theta|| (what the curve "
-                                         "check judges), short runs", series=_judged_grad_norm,
-                                         ylabel="||g|| x ||theta||")))
-    metrics = [(a.number, i, [d.runs[r.run_dir].metric for r in a.runs
-                              if r.run_dir in d.runs and d.runs[r.run_dir].kind == "short"
-                              and d.runs[r.run_dir].metric is not None])
-               for i, a in enumerate(d.history.attempts)]
-    base_m = [r.metric for r in d.baseline_short if r.metric is not None]
-    if base_m or any(m[2] for m in metrics):
-        figs.append((f"{d.metric_name} per attempt (short runs)",
-                     metric_png(d.metric_name, base_m, [m for m in metrics if m[2]], d.direction)))  # type: ignore[misc]
-    return figs
-
-
 # ------------------------------------------------------------------ HTML
 
 def _cards(d: ReportData) -> str:
@@ -148,18 +123,52 @@ def _matrix_html(d: ReportData) -> str:
     return f"<table style='width:auto'><tr><th>declared \\ achieved</th>{head}</tr>{rows}</table>"
 
 
+def status_cell(status: str) -> str:
+    cls = f"status {status}" + (" grey" if status in GREY else "")
+    return f"<td class='{_e(cls)}'>{_e(STATUS_MARK.get(status, status))}</td>"
+
+
+def _evidence_cell(r: dict[str, Any]) -> str:
+    more = detail(r)
+    folded = (f"<details class='more'><summary>statistical detail</summary><pre>{_e(more)}</pre></details>"
+              if more else "")
+    return f"<td>{_e(headline(r))}{folded}</td>"
+
+
 def _checks_html(c: CheckEntry) -> str:
-    rows = []
-    for r in c.checks:
-        st = r.get("status", "")
-        rows.append(f"<tr><td>{_e(r.get('level'))}</td><td>{_e(r.get('name'))}</td>"
-                    f"<td class='{_e(st)}'>{_e(STATUS_MARK.get(st, st))}</td><td class='ev'>{_short(r.get('measured'))}</td>"
-                    f"<td class='ev'>{_short(r.get('threshold'))}</td><td class='ev'>{_e(r.get('evidence'))}</td></tr>")
+    rows = [f"<tr><td>{_e(r.get('level'))}</td><td>{_e(str(r.get('name', '')).replace('_', ' '))}</td>"
+            f"{status_cell(r.get('status', ''))}<td class='ev'>{_short(measured_text(r), 160)}</td>"
+            f"{_evidence_cell(r)}</tr>" for r in c.checks]
     return (f"<h3>{_e(c.kind)} run {_e(c.run_dir)}: achieved {_e(c.achieved_level or 'none')}</h3>"
-            "<table class='checks'><colgroup><col style='width:4%'><col style='width:12%'><col style='width:7%'>"
-            "<col style='width:17%'><col style='width:17%'><col style='width:43%'></colgroup>"
-            "<tr><th>level</th><th>check</th><th>status</th><th>measured</th><th>threshold</th>"
+            "<table class='checks'><colgroup><col style='width:4%'><col style='width:12%'><col style='width:8%'>"
+            "<col style='width:30%'><col style='width:46%'></colgroup>"
+            "<tr><th>level</th><th>check</th><th>status</th><th>measured vs threshold</th>"
             f"<th>evidence</th></tr>{''.join(rows)}</table>")
+
+
+def summary_rows(d: ReportData) -> list[list[str]]:
+    """attempt, change, declared, achieved, first failed check: one row per attempt, as journaled."""
+    return [[str(a.number), a.attempt.summary if a.attempt is not None else "",
+             (a.declared_level or "none") if a.declared else "no claim", a.achieved_level or "none",
+             first_failed(a)] for a in d.history.attempts]
+
+
+def _summary_html(d: ReportData) -> str:
+    rows = []
+    for a, row in zip(d.history.attempts, summary_rows(d)):
+        cls, verdict = _verdict(a)
+        badge = f'<span class="badge {cls}">{_e(verdict)}</span>' if cls else ""
+        rows.append(f"<tr class='attempt-row' data-attempt='{a.number}'><td class='num'>{_e(row[0])}</td>"
+                    f"<td>{_e(row[1])}</td><td>{_e(row[2])}</td><td>{_e(row[3])}{badge}</td>"
+                    f"<td class='first'>{_short(row[4], 200)}</td></tr>")
+    return ("<table class='summary'><colgroup><col style='width:6%'><col style='width:34%'><col style='width:8%'>"
+            "<col style='width:17%'><col style='width:35%'></colgroup><tr><th>attempt</th><th>change</th>"
+            "<th>declared</th><th>achieved</th><th>first failed check</th></tr>" + "".join(rows) + "</table>")
+
+
+def _figure_html(f: Figure) -> str:
+    return (f"<figure data-shows='{_e('|'.join(f.shows))}'>{_img(f.png, f.title)}"
+            f"<figcaption>{_e(f.title)}: {_e(', '.join(f.shows))}</figcaption></figure>")
 
 
 def _attempt_html(i: int, a: AttemptView) -> str:
@@ -199,7 +208,7 @@ def _note_html(n: NoteView) -> str:
     return "".join(parts)
 
 
-def render_html(d: ReportData, figs: list[tuple[str, bytes]] | None = None) -> str:
+def render_html(d: ReportData, figs: list[Figure] | None = None) -> str:
     h, m = d.history, d.history.migration
     title = f"ladder report: {h.name}"
     sub = (f"{_e(m.reference_platform)} → {_e(m.target_platform)} · protocol {_e(m.protocol)} · "
@@ -209,13 +218,13 @@ def render_html(d: ReportData, figs: list[tuple[str, bytes]] | None = None) -> s
                 f"{_e(h.baseline.digest[:12])})")
     out = [f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>{_e(title)}</title>"
            f"<style>{CSS}</style></head><body><main>", f"<h1>{_e(title)}</h1><p class='sub'>{sub}</p>",
-           _cards(d)]
+           _summary_html(d), _cards(d)]
     problems = ([f"journal: {p}" for p in d.verify.problems] + d.problems)
     if problems:
         out.append("<div class='problems'><b>Problems</b><ul>" + "".join(f"<li>{_e(p)}</li>" for p in problems)
                    + "</ul></div>")
-    out.append("<h2>Loss and metric against the baseline</h2>")
-    out += [f"<p>{_img(png, alt)}</p>" for alt, png in (figures(d) if figs is None else figs)]
+    out.append("<h2>What the L1 checks judged, against the baseline's bands</h2>")
+    out += [_figure_html(f) for f in (figures(d) if figs is None else figs)]
     out += ["<h2>Declared against achieved</h2>", _matrix_html(d),
             "<h2>Attempts</h2>"] + [_attempt_html(i, a) for i, a in enumerate(h.attempts)]
     out.append(f"<h2>Failure notes ({len(h.notes)})</h2>")
@@ -252,7 +261,8 @@ def _md_cell(x: Any) -> str:
 def render_markdown(d: ReportData, images: dict[str, str] | None = None) -> str:
     """images: figure title -> relative path of a PNG written beside the markdown (optional)."""
     h = d.history
-    out = [f"# ladder report: {h.name}", ""]
+    out = [f"# ladder report: {h.name}", "", "| attempt | change | declared | achieved | first failed check |",
+           "|---|---|---|---|---|", *("| " + " | ".join(map(_md_cell, row)) + " |" for row in summary_rows(d)), ""]
     if d.verify.problems or d.problems:
         out += ["**Problems:**", ""] + [f"- {p}" for p in [*d.verify.problems, *d.problems]] + [""]
     else:
@@ -272,9 +282,9 @@ def render_markdown(d: ReportData, images: dict[str, str] | None = None) -> str:
             out += [f"Declared by {a.declared_by}: {a.declaration.rationale}", ""]
         for c in a.checks:
             out += [f"{c.kind} run `{c.run_dir}`: achieved {c.achieved_level or 'none'}", "",
-                    "| level | check | status | measured | threshold | evidence |", "|---|---|---|---|---|---|"]
-            out += [f"| {r.get('level')} | {r.get('name')} | {r.get('status')} | {_md_cell(r.get('measured'))} | "
-                    f"{_md_cell(r.get('threshold'))} | {_md_cell(r.get('evidence'))} |" for r in c.checks]
+                    "| level | check | status | measured vs threshold | evidence |", "|---|---|---|---|---|"]
+            out += [f"| {r.get('level')} | {r.get('name')} | {r.get('status')} | {_md_cell(measured_text(r))} | "
+                    f"{_md_cell(r.get('evidence'))} |" for r in c.checks]
             out.append("")
         out += parity_markdown(a.checks)
     out += ["## Failure notes", "", notes_markdown(h.notes)]
