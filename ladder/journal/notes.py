@@ -49,6 +49,11 @@ def _fmt(v: Any) -> str:
 
 def cause_of(check: CheckResult) -> str:
     text = f"{check.level}/{check.name} failed"
+    band = check.threshold if isinstance(check.threshold, dict) else {}
+    if isinstance(check.measured, (int, float)) and {"lo", "hi"} <= band.keys():
+        from ladder.report.words import band_text
+
+        return text + ": measured " + band_text(float(check.measured), band["lo"], band["hi"], band.get("seeds"))
     if check.measured is not None or check.threshold is not None:
         text += f": measured {_fmt(check.measured)} vs threshold {_fmt(check.threshold)}"
     return text
@@ -173,23 +178,19 @@ def _cpu_fallback(c: CheckResult, run: RunRecord) -> str:
 
 
 def _recompilation(c: CheckResult, run: RunRecord) -> str:
-    late = c.details.get("after_warmup") or []
-    w = c.details.get("warmup_end_step")
-    dyn = [e for e in late if e.get("source") == "dynamo" and e.get("kind") == "recompile"]
-    if dyn:
-        return (f"torch.compile recompiled {len(dyn)} times after warm-up (step {w}); first guard failure: "
-                f"{dyn[0].get('cause')}: a value the guards depend on changes between steps")
-    jax = [e for e in late if e.get("source") == "jax"]
-    steps = sorted({e.get("step") for e in late if e.get("step") is not None})
-    if jax and not [e for e in late if e.get("source") == "xla"]:
-        fns = sorted({str(e.get("function")) for e in jax})
-        return (f"JAX compiled {', '.join(fns[:3])} again after warm-up (step {w}), at steps "
-                f"{', '.join(map(str, steps[:6]))}: shapes or static arguments change per step")
-    if steps:
-        return (f"compile count grew with steps after warm-up (step {w}): new graphs at steps "
-                f"{', '.join(map(str, steps[:6]))}{'...' if len(steps) > 6 else ''}: shapes change per step "
-                "(a variable batch or sequence length, or a Python value baked into the graph)")
-    return f"compile count grew with steps after warm-up: shapes change per step ({c.evidence})"
+    procs = c.details.get("processes") or []
+    steps = sorted({s for p in procs for s in p.get("second_half_steps") or []})
+    ref = (c.threshold or {}).get("reference_late_compile_steps") if isinstance(c.threshold, dict) else None
+    where = (f"new graphs at steps {', '.join(map(str, steps[:6]))}{'...' if len(steps) > 6 else ''} of the "
+             f"second half of training" if steps else "new graphs late in training")
+    against = f" (the reference: {ref} such steps)" if ref is not None else ""
+    if "torch.compile gave up" in c.evidence:
+        return (f"{where}{against}; torch.compile hit its recompile limit and ran the function eagerly: a value "
+                f"the guards depend on changes between steps ({c.evidence})")
+    if "jax" in ((run.probe or {}).get("frameworks") or {}):
+        return f"{where}{against}: JAX traced the step again because shapes or static arguments change per step"
+    return (f"{where}{against}: shapes change per step (a variable batch or sequence length, or a Python value "
+            "baked into the graph)")
 
 
 def _host_syncs(c: CheckResult, run: RunRecord) -> str:
