@@ -284,7 +284,10 @@ def test_session_edits_the_worktree_and_declares(worktree: Path) -> None:
                                                                       "schema": DECLARATION_SCHEMA}
     assert options.allowed_tools == list(AGENT_TOOLS) and options.permission_mode == "dontAsk"
     assert (options.max_turns, options.max_budget_usd) == (7, 1.5)
-    assert "declare" in options.system_prompt.lower() and "baselines/" in options.system_prompt
+    # Claude Code's own system prompt, with the protocol's appended (never replaced)
+    assert options.system_prompt["type"] == "preset" and options.system_prompt["preset"] == "claude_code"
+    appended = options.system_prompt["append"]
+    assert "declare" in appended.lower() and "baselines/" in appended
     assert "Attempt 1" in replays[0].prompt and "device = 'cuda' hard-coded" in replays[0].prompt
     # The hook was registered with the CLI, asked about the Edit, and had no objection.
     assert replays[0].hooks["PreToolUse"][0]["matcher"] == "Edit|Write|MultiEdit|NotebookEdit"
