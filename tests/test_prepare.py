@@ -83,3 +83,18 @@ def test_a_failed_prepare_is_a_clear_error_and_leaves_nothing_cached(ws: Path) -
         execute_run(_spec(ws), "reference", "short", seed=0)
     assert "prepare command 1 failed (exit 3)" in str(e.value) and "prepare" in (e.value.fix or "")
     assert not any((d / ".ladder-ready").exists() for d in _prepared_dirs(ws))
+
+
+def test_a_profiles_pythonpath_reaches_the_run_behind_the_probe(ws: Path, tmp_path: Path) -> None:
+    """A profile's `env = { PYTHONPATH = ... }` (a no-op module for a script that plots at its end, say) is
+    kept after the probe's directory instead of being replaced by it."""
+    shims = tmp_path / "shims"
+    shims.mkdir()
+    (shims / "ladder_test_shim.py").write_text("NAME = 'from the profile'\n")
+    spec = _spec(ws)
+    spec.profile("reference").env["PYTHONPATH"] = str(shims)
+    spec.experiment.short = ("{python} -c \"import ladder_test_shim, sys; print('shim:', ladder_test_shim.NAME); "
+                             "print('probe:', '_ladder_probe' in sys.modules)\"")
+    r = execute_run(spec, "reference", "short", seed=0)
+    assert r.exit_code == 0, r.last_lines
+    assert "shim: from the profile" in r.first_lines and "probe: True" in r.first_lines, r.first_lines

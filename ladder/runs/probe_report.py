@@ -25,9 +25,12 @@ PROBE_DIR = Path(__file__).resolve().parent.parent / "probe"
 MERGED_SCHEMA = 2
 
 
-def probe_env(out_dir: Path, options: dict[str, Any] | None = None) -> dict[str, str]:
-    """Env vars to add to a captured run: the probe first on PYTHONPATH, where reports go, options."""
-    existing = os.environ.get("PYTHONPATH", "")
+def probe_env(out_dir: Path, options: dict[str, Any] | None = None,
+              pythonpath: str | None = None) -> dict[str, str]:
+    """Env vars to add to a captured run: the probe first on PYTHONPATH, where reports go, options.
+    `pythonpath` is the run's own PYTHONPATH (a profile's `env` may set one), kept after the probe;
+    without it, this process's."""
+    existing = os.environ.get("PYTHONPATH", "") if pythonpath is None else pythonpath
     env = {
         "PYTHONPATH": str(PROBE_DIR) + (os.pathsep + existing if existing else ""),
         "LADDER_PROBE_DIR": str(Path(out_dir).resolve()),
