@@ -93,8 +93,18 @@ CODE_READS = textwrap.dedent("""
     m = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Dropout(0.1), torch.nn.Linear(8, 1))
     opt = torch.optim.Adam(m.parameters(), lr=0.01)   # Adam reads its step count inside step(): not the program's
     extra = "--extra" in sys.argv
+
+    class Data(torch.utils.data.Dataset):  # host-side indexing: reads in the input pipeline, not the step's
+        def __init__(self):
+            self.x, self.order = torch.randn(640, 4), torch.randperm(640)
+        def __len__(self):
+            return 640
+        def __getitem__(self, i):
+            return self.x[self.order[i].item()]
+
+    batches = iter(torch.utils.data.DataLoader(Data(), batch_size=16))
     for step in range(1, 41):
-        loss = m(torch.randn(16, 4)).pow(2).mean()
+        loss = m(next(batches)).pow(2).mean()
         loss.backward(); opt.step(); opt.zero_grad()
         print(f"step {step} loss {loss.item():.5f}")
         if extra:
@@ -120,6 +130,7 @@ def test_torch_host_reads_per_step_with_evaluation_and_the_optimizer_apart(tmp_p
     assert r.eval_reads == 5 and r.after_training == 1 + 5
     proc = merge_reports(tmp_path / "a" / "probe")["processes"][0]
     assert proc["host_reads"]["internal"] > 0  # Adam's step.item() inside optimizer.step, set apart
+    assert proc["host_reads"]["data"] == 640  # one per item the loader indexed, set apart
     assert [(w["step"], w["batches"], w["items"]) for w in proc["eval_windows"]] == [(20, 5, 40), (40, 5, 40)]
     _run(sys.executable, [str(script), "--extra"], tmp_path / "b")
     assert read_rates(_record(None, tmp_path / "b" / "probe"))[0].per_step == pytest.approx(2.0)  # type: ignore[arg-type]

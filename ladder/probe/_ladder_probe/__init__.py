@@ -161,6 +161,7 @@ class HostReads:
     def reset(self) -> None:
         self.total = 0
         self.internal = 0  # inside optimizer.step (e.g. torch's Adam reads its step count)
+        self.data = 0  # inside a data loader's next batch (host-side indexing of CPU tensors)
         self.ops: dict = {}
         self.by_step: dict = {}  # step -> [reads outside evaluation, reads inside]
         self.overflow = [0, 0]
@@ -170,6 +171,9 @@ class HostReads:
             return
         if clock.in_step:
             self.internal += 1
+            return
+        if getattr(_loading, "depth", 0):
+            self.data += 1
             return
         self.total += 1
         self.ops[op] = self.ops.get(op, 0) + 1
@@ -182,11 +186,24 @@ class HostReads:
         b[1 if clock.eval else 0] += 1
 
     def snapshot(self) -> dict:
-        return {"total": self.total, "internal": self.internal, "ops": self.ops, "overflow": self.overflow,
+        return {"total": self.total, "internal": self.internal, "data": self.data, "ops": self.ops,
+                "overflow": self.overflow,
                 "by_step": [[s, a, b] for s, (a, b) in sorted(self.by_step.items())]}
 
 
 reads = HostReads()
+_loading = threading.local()  # depth of data-loader calls on this thread (a loader thread has its own)
+
+
+class loading:
+    """Reads inside a data loader's next batch are input preparation, not results read back from the
+    device: counted apart (`data`), never in the per-step rate."""
+
+    def __enter__(self) -> None:
+        _loading.depth = getattr(_loading, "depth", 0) + 1
+
+    def __exit__(self, *exc) -> None:
+        _loading.depth -= 1
 
 
 class GradNorms:

@@ -10,6 +10,7 @@ varies.
 
 from __future__ import annotations
 
+import functools
 import math
 import sys
 import threading
@@ -61,6 +62,7 @@ def on_torch(torch) -> None:
     for name in _READ_METHODS:
         _wrap_read(torch.Tensor, name)
     _wrap_train(torch.nn.Module)
+    _wrap_loader()
     wrap_clip()
     _wrap_scaler(torch)
     _s["ready"] = True
@@ -73,6 +75,28 @@ HOOKS = {"torch": on_torch}
 
 
 # ---------------------------------------------------------------- host reads
+
+def _wrap_loader() -> None:
+    """A DataLoader's next batch runs the dataset's and the collate function's code on host tensors: reads
+    there are the input pipeline's (core.loading), not the training step's."""
+    try:
+        from torch.utils.data import dataloader
+    except Exception as e:  # a torch without the data package: nothing to separate
+        core.record_error("torch data loader", e)
+        return
+    cls = dataloader._BaseDataLoaderIter
+    orig = cls.__next__
+    if getattr(orig, "_ladder_wrapped", False):
+        return
+
+    @functools.wraps(orig)
+    def __next__(self):
+        with core.loading():
+            return orig(self)
+
+    __next__._ladder_wrapped = True
+    cls.__next__ = __next__
+
 
 def _wrap_read(cls, name: str) -> None:
     orig = getattr(cls, name, None)
