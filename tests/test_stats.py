@@ -243,3 +243,19 @@ def test_scale_free_gradient_norm_ignores_the_weights_scale_not_the_gradients() 
     transient[:50] *= 3.0
     v = calibrated_curve(_with_norms(record(loss, 0.80, seed=99), transient, np.full(300, 20.0)), base, PROTOCOL)
     assert v.passed is True and v.details["grad_norm"]["band"]["steps"][0] > 0.2 * 300
+
+
+def test_an_undecided_check_names_the_extend_command_that_would_decide(tmp_path) -> None:
+    from ladder.baselines.store import Baseline, BaselineMeta
+    from ladder.checks import CheckContext
+    from ladder.checks.l1 import metric
+
+    base = [record(_base_curve(), m, seed=i) for i, m in enumerate((0.80, 0.81, 0.79))]
+    meta = BaselineMeta(name="b", version=1, created_at=0.0, profile="reference", platform="cpu", seeds=[0, 1, 2],
+                        full_seeds=[], spec_sha256="", protocol="ncsu")
+    ctx = CheckContext(run=record(_base_curve(), 0.86, seed=9), protocol=PROTOCOL,
+                       baseline=Baseline(tmp_path, meta, base, []), expected_platform="cpu")
+    c = metric(ctx)
+    more = c.details["calibrated"]["more_seeds"]
+    assert c.status == "undecided" and more >= 1
+    assert f"(ladder baseline extend --seeds {3 + more})" in c.evidence

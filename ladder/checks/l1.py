@@ -10,10 +10,12 @@ always reported beside the deciding one.
 
 from __future__ import annotations
 
+from typing import Any
+
 from ladder.checks import CheckContext, not_checked, register
 from ladder.checks.compare import rel_diff, trend_test, window_mean
 from ladder.checks.results import CheckResult
-from ladder.checks.stats import Seeds
+from ladder.checks.stats import Seeds, Verdict
 
 
 def seeds_for(ctx: CheckContext) -> Seeds:
@@ -28,6 +30,19 @@ def seeds_for(ctx: CheckContext) -> Seeds:
 
 def calibrated_rule(ctx: CheckContext) -> bool:
     return ctx.protocol.l1.rule == "calibrated"
+
+
+def extend_hint(kind: str, seeds: int, more: int) -> str:
+    """The command that adds the seeds an undecided verdict asks for (the flags take totals)."""
+    return f"ladder baseline extend {'--seeds' if kind == 'short' else '--full-seeds'} {seeds + more}"
+
+
+def _calibrated(name: str, ctx: CheckContext, v: "Verdict", measured: Any, fixed_text: str,
+                details: dict[str, Any]) -> CheckResult:
+    details["calibrated"] = v.as_dict()
+    text = v.explain() + (f" ({extend_hint(ctx.run.kind, v.seeds, v.more_seeds)})" if v.status == "undecided" else "")
+    return CheckResult(level="L1", name=name, status=v.status, measured=measured,  # type: ignore[arg-type]
+                       threshold=v.band, evidence=f"{text} | {fixed_text}", details=details)
 
 
 @register("L1", "loss_window")
@@ -49,10 +64,8 @@ def loss_window(ctx: CheckContext) -> CheckResult:
     if calibrated_rule(ctx):
         from ladder.checks.stats import calibrated_loss_window
 
-        v = calibrated_loss_window(ctx.run, seeds_for(ctx), ctx.protocol)
-        details["calibrated"] = v.as_dict()
-        return CheckResult(level="L1", name="loss_window", status=v.status, measured=mine,  # type: ignore[arg-type]
-                           threshold=v.band, evidence=f"{v.explain()} | {ev}", details=details)
+        return _calibrated("loss_window", ctx, calibrated_loss_window(ctx.run, seeds_for(ctx), ctx.protocol), mine,
+                           ev, details)
     return CheckResult(level="L1", name="loss_window", status="passed" if fixed_ok else "failed",
                        measured=round(d, 6), threshold=tol, evidence=ev + " | the protocol's rule is the fixed rule",
                        details=details)
@@ -75,10 +88,8 @@ def metric(ctx: CheckContext) -> CheckResult:
     if calibrated_rule(ctx):
         from ladder.checks.stats import calibrated_metric
 
-        v = calibrated_metric(ctx.run, seeds_for(ctx), ctx.protocol)
-        details["calibrated"] = v.as_dict()
-        return CheckResult(level="L1", name="metric", status=v.status, measured=ctx.run.metric,  # type: ignore[arg-type]
-                           threshold=v.band, evidence=f"{v.explain()} | {ev}", details=details)
+        return _calibrated("metric", ctx, calibrated_metric(ctx.run, seeds_for(ctx), ctx.protocol), ctx.run.metric,
+                           ev, details)
     return CheckResult(level="L1", name="metric", status="passed" if fixed_ok else "failed", measured=round(d, 6),
                        threshold=tol, evidence=ev + " | the protocol's rule is the fixed rule", details=details)
 
@@ -98,9 +109,7 @@ def trend(ctx: CheckContext) -> CheckResult:
         from ladder.checks.stats import calibrated_curve
 
         v = calibrated_curve(ctx.run, seeds_for(ctx), ctx.protocol)
-        details["calibrated"] = v.as_dict()
-        return CheckResult(level="L1", name="trend", status=v.status, measured=v.measured,  # type: ignore[arg-type]
-                           threshold=v.band, evidence=f"{v.explain()} | {fixed_text}", details=details)
+        return _calibrated("trend", ctx, v, v.measured, fixed_text, details)
     if t is None:
         return not_checked("L1", "trend", f"the run and the baseline share too few logged steps to compare trends "
                                           f"({len(ctx.run.loss_curve)} and {len(ref.loss_curve)} loss points): log the "
