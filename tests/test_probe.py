@@ -100,21 +100,19 @@ def test_children_write_their_own_reports(tmp_path) -> None:
     pids = {r["pid"] for r in merged["processes"]}
     # parent, subprocess, fork child, spawn child, and spawn's resource tracker
     assert len(pids) == 5, [r["argv"] for r in merged["processes"]]
-    assert sum(r["torch"]["forward_samples"] > 0 for r in merged["processes"]) == 3
+    assert sum((r.get("torch") or {}).get("forward_samples", 0) > 0 for r in merged["processes"]) == 3
 
 
 @pytest.mark.slow
 def test_probe_errors_are_recorded_not_raised(tmp_path) -> None:
-    # a bad option makes the probe fail when torch loads and in its optimizer hook every 5 steps;
-    # training must not notice
+    # a bad option makes the probe fail when torch loads; training must not notice
     args = ["--steps", "12"]
     bare = _run(sys.executable, FIX / "torch_train.py", tmp_path, args, probe=False)
     probed = _run(sys.executable, FIX / "torch_train.py", tmp_path, args,
-                  options={"forward_calls_per_sample": "often", "sample_every": 5})
+                  options={"forward_calls_per_sample": "often"})
     assert probed.returncode == 0 and probed.stdout == bare.stdout, probed.stderr
     errors = merge_reports(tmp_path / "probe")["errors"]
-    assert any("torch hook: ValueError" in e for e in errors), errors
-    assert sum("optimizer hook: ValueError" in e for e in errors) == 2, errors
+    assert any("hook torch: ValueError" in e for e in errors), errors
 
 
 @pytest.mark.slow
@@ -207,8 +205,10 @@ def test_torch_grad_norms_are_those_the_optimizer_receives(tmp_path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.jax
-def test_optax_grad_norms_are_the_clipped_input_of_the_optimizer(tmp_path, jax_python) -> None:
-    # optax.chain(clip, adam): the probe wraps adam's update, inside jit, so it sees the clipped gradient.
+def test_optax_grad_norms_are_the_input_of_the_outermost_transformation(tmp_path, jax_python) -> None:
+    # optax.chain(clip, adam): the probe measures where the whole chain receives the gradient, inside jit;
+    # as for torch, the series is what the optimizer receives after a leading global-norm clip, and the norm
+    # before the clip is kept beside it.
     code = textwrap.dedent("""
         import jax, jax.numpy as jnp, optax
         tx = optax.chain(optax.clip_by_global_norm(1.0), optax.adam(0.1))
@@ -230,11 +230,13 @@ def test_optax_grad_norms_are_the_clipped_input_of_the_optimizer(tmp_path, jax_p
     printed = [[float(x) for x in line.split()] for line in p.stdout.splitlines()]
     raw = [g for g, _ in printed]
     got = _grad_norms(tmp_path)
-    assert [s for s, _, _ in got] == [1, 2, 3, 4, 5]
-    assert [g for _, g, _ in got] == pytest.approx([min(r, 1.0) for r in raw], rel=1e-4)
-    assert [w for _, _, w in got] == pytest.approx([w for _, w in printed], rel=1e-4)
+    assert [g[0] for g in got] == [1, 2, 3, 4, 5]
+    assert [g[1] for g in got] == pytest.approx([min(r, 1.0) for r in raw], rel=1e-4)
+    assert [g[3] for g in got] == pytest.approx(raw, rel=1e-4)
+    assert [g[2] for g in got] == pytest.approx([w for _, w in printed], rel=1e-4)
     assert any(r > 1.0 for r in raw) and any(r < 1.0 for r in raw)  # both sides of the clip happened
-    assert merge_reports(tmp_path / "probe")["grad_norms"]["source"] == "optax.adam update"
+    gn = merge_reports(tmp_path / "probe")["grad_norms"]
+    assert gn["source"] == "optax update (outermost transformation)" and gn["clip"]["max_norm"] == 1.0, gn
 
 
 def test_grad_norms_thin_out_only_when_they_would_cost_more_than_the_budget(tmp_path) -> None:
