@@ -257,3 +257,14 @@ def test_multi_transform_branches_compare_as_parameter_groups() -> None:
     assert "['params']['wte']['embedding']" in diffs[0] and "(32, 65)" in diffs[0]
     no_clip = {**_optax_multi(True), "clip": None}
     assert optimizer_diff(no_clip, _torch_adamw(), ignore) == ["gradient clipping (global norm) 1.0 -> none"]
+
+
+def test_a_parameter_one_side_lacks_is_named() -> None:
+    """A port without the LayerNorm's bias (flax's default bias=True vs a torch model built with bias=False, and
+    the other way round): the tensors only one side optimizes are named with their shapes."""
+    port = _optax_multi(True)
+    port["param_groups"][1]["tensors"] = port["param_groups"][1]["tensors"] + [["['params']['ln']['bias']", [32]]]
+    diffs = optimizer_diff(port, _torch_adamw(), ["lr", "initial_lr"])
+    assert diffs == ["the parameters differ: the reference optimizes 4 tensors, the run 5: 1 more of shape (32,) in "
+                     "the run (run: ['params']['fc']['bias'], ['params']['ln']['scale'], ['params']['ln']['bias']; "
+                     "reference: fc.bias, ln.weight)"]

@@ -450,6 +450,26 @@ def _settings_text(s: dict[str, Any]) -> str:
     return ", ".join(f"{k} {v}" for k, v in sorted(s.items()) if v is not None and k != "optimizer") or "no decay"
 
 
+def _unmatched_tensors(a: list, b: list) -> str:
+    """Where the two sides optimize different numbers of tensors of a shape: how many more, and the tensors of
+    that shape on each side by name (shapes, not names, match across frameworks). The run: a; the reference: b."""
+    ka, kb = Counter(k for k, *_ in a), Counter(k for k, *_ in b)
+
+    def names(entries: list, key: Any) -> str:
+        found = [str(t) for k, _, t, _ in entries if k == key]
+        return ", ".join(found[:4]) + (f" and {len(found) - 4} more" if len(found) > 4 else "") if found else "none"
+
+    parts = []
+    for key in sorted(set(ka) | set(kb), key=str):
+        if ka[key] != kb[key]:
+            shape = next(tuple(sh) for k, sh, *_ in a + b if k == key)
+            side = "run" if ka[key] > kb[key] else "reference"
+            parts.append(f"{abs(ka[key] - kb[key])} more of shape {shape} in the {side} (run: {names(a, key)}; "
+                         f"reference: {names(b, key)})")
+    return (f"the parameters differ: the reference optimizes {len(b)} tensors, the run {len(a)}: "
+            + "; ".join(parts[:4]))
+
+
 def optimizer_diff(mine: dict[str, Any], theirs: dict[str, Any], ignore: list[str]) -> list[str]:
     """Differences of the optimisation, tensor by tensor: the optimizer, each hyperparameter that
     differs (reference value -> port value, with the tensors it applies to), weight-decay coverage, and
@@ -475,8 +495,7 @@ def optimizer_diff(mine: dict[str, Any], theirs: dict[str, Any], ignore: list[st
 
     ca, cb = proj(a), proj(b)
     if sorted(k for k, *_ in a) != sorted(k for k, *_ in b):
-        diffs.append(f"the parameters differ: the reference optimizes {len(b)} tensors, the run {len(a)} "
-                     "(not the same shapes)")
+        diffs.append(_unmatched_tensors(a, b))
     else:
         only_ref, only_run = cb - ca, ca - cb
         by_change: dict[tuple[str, str], list[str]] = {}
