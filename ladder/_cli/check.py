@@ -106,6 +106,10 @@ def check(
         rows = [[c.level, c.name, c.status, cell(c.measured), cell(c.threshold), c.evidence] for c in result.checks]
         d.table(f"ladder for {run_dir}: achieved {result.achieved_level or 'none'}",
                 ["level", "check", "status", "measured", "threshold", "evidence"], rows)
+        from ladder.journal.notes import findings
+
+        for note in findings(result):  # fail no level, but a reviewer should know
+            d.info(f"finding ({note.check}): {note.diagnosis}")
     need = (require or declared_for(run_dir, spec_path) or "L0").upper()
     ok = level_index(result.achieved_level) >= level_index(need)
     if not ok and not as_json:
