@@ -26,7 +26,8 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 # Imported only inside a run's own interpreter (the probe), or only where present
 RUN_SIDE = {"torch", "torch_xla", "jax", "jaxlib", "flax", "optax", "sitecustomize", "_ladder_probe"}
-OPTIONAL = {"click"}  # imported under `except ImportError` (typer vendors its own copy)
+OPTIONAL = {"click", "sky"}  # click: imported under `except ImportError` (typer vendors its own copy); sky: the
+# skypilot extra (ladder[skypilot]), imported only by the skypilot runner after checking it is installed
 
 PROGRAM = '''import argparse, random
 p = argparse.ArgumentParser()
