@@ -99,7 +99,7 @@ def build_tasks(spec: Spec, profile: Profile, kind: str, seed: int, work: Path, 
     # Paths under the cluster's home stay "~/..." (only the cluster knows its home: the agent expands them);
     # the interpreter and the run directory are known there only, and the job fills their markers.
     job = {"prepare": prepare, "run_dir": remote_dir,
-           "start": {"command": _command(spec, profile_name, kind, seed, PYTHON_MARK, Path(RUN_DIR_MARK)),
+           "start": {"command": _command(spec, _name_of(spec, profile), kind, seed, PYTHON_MARK, Path(RUN_DIR_MARK)),
                      "timeout_s": timeout, "pass_env": profile.pass_env,
                      "env": run_env(spec, profile, RUN_DIR_MARK, f"{lib}/ladder/probe", seed, slot)}}
     name = f"ladder-{spec.name}"[:60]
@@ -110,6 +110,10 @@ def build_tasks(spec: Spec, profile: Profile, kind: str, seed: int, work: Path, 
                    envs={"LADDER_JOB": json.dumps(job)})
     run.set_resources(resources(profile))
     return launch, run
+
+
+def _name_of(spec: Spec, profile: Profile) -> str:
+    return next(name for name, p in spec.profiles.items() if p is profile)
 
 
 def _q(text: str) -> str:
