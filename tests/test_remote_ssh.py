@@ -87,9 +87,6 @@ def test_a_crash_is_the_code_s_failure_with_its_error_lines(tmp_path, sshd) -> N
     assert any("RuntimeError: the port broke at step 3" in line for line in record.error_lines)
 
 
-@pytest.mark.xfail(reason="known regression since the runners were merged, cause not found yet: when the first "
-                   "loss line arrives, the scan of /proc finds no process of the run (no process has its "
-                   "directory as cwd), so the kill below cannot be shown", strict=False)
 def test_a_timeout_kills_the_whole_tree_on_the_machine(tmp_path, sshd) -> None:
     ws = workspace(tmp_path, sshd, mode="hang", steps=2)
     during: list[int] = []

@@ -23,7 +23,6 @@ from ladder.runs.runner.tree import PIDS_FILE, ProcessTree, become_subreaper
 
 READ_LIMIT = 64 * 1024  # bytes per read line; longer lines arrive in pieces
 PR_SET_PDEATHSIG = 1
-FLUSH_EVERY_S = 0.2
 
 
 def _die_with_parent() -> None:
@@ -53,18 +52,15 @@ class LocalRunner:
         lock = threading.Lock()
 
         def pump(stream: str, pipe: BinaryIO) -> None:
-            flushed = 0.0
-            with open(request.log_dir / logs[stream], "wb") as out:
+            # unbuffered: each line is on disk as it comes (a killed ladder loses nothing, and a follower
+            # reading the log by byte offsets, as the ssh runner does, sees a line the moment it is printed)
+            with open(request.log_dir / logs[stream], "wb", buffering=0) as out:
                 for raw in iter(lambda: pipe.readline(READ_LIMIT), b""):
                     t = time.time() - t0
                     out.write(f"{t:.3f}\t".encode() + raw + (b"" if raw.endswith(b"\n") else b"\n"))
-                    if t - flushed > FLUSH_EVERY_S:  # if ladder is killed, the log is still on disk
-                        out.flush()
-                        flushed = t
                     text = raw.decode("utf-8", errors="replace").rstrip("\r\n")
                     with lock:
                         on_line(stream, text, t)
-                out.flush()
 
         threads = [threading.Thread(target=pump, args=(s, p), daemon=True)
                    for s, p in (("stdout", proc.stdout), ("stderr", proc.stderr))]
