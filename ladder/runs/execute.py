@@ -222,11 +222,12 @@ def execute_run(spec: Spec, profile_name: str, kind: str, seed: int = 0, source:
     if prepared is not None:
         env["LADDER_PREPARED"] = str(prepared.out)
 
-    parser = OutputParser(spec.parse_for(profile_name))
+    parse = spec.parse_for(profile_name)
+    parser = OutputParser(parse)
     record = RunRecord(
         run_id=run_dir.name, kind=kind, profile=profile_name, platform=profile.platform, seed=seed,  # type: ignore[arg-type]
         command=command, cwd=str(cwd), started_at=time.time(), timeout_s=timeout,
-        metric_name=spec.parse_for(profile_name).metric_name, metric_direction=spec.parse_for(profile_name).direction,
+        metric_name=parse.metric_name, metric_direction=parse.direction,
         provenance=provenance(source, env_info.python, []), price_per_hour=profile.price_per_hour or 0.0,
         chips=profile.chips, notes=[f"scrubbed from the environment: {', '.join(removed)}"] if removed else [],
         sandbox=sandbox,
