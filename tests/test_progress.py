@@ -13,13 +13,14 @@ import time
 from io import StringIO
 from pathlib import Path
 
-from helpers import ladder_cli, workspace
+from helpers import ladder_cli, set_var, workspace
 from ladder._progress import Narrator
 from ladder.runs.envs import ensure_env, env_key
 
 
 def test_run_progress_names_the_run_and_prints_its_real_losses(tmp_path: Path) -> None:
     ws = workspace(tmp_path)
+    set_var(ws, "extra", "--step-sleep 0.01")  # 2 s of steps: several 0.1 s reporting windows, even under load
     p = ladder_cli("run", "--on", "reference", "--seed", "1", "--json", cwd=ws)
     assert p.returncode == 0, p.stderr
     summary = json.loads(p.stdout)  # --json output stays machine output on stdout

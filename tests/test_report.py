@@ -86,8 +86,9 @@ def test_html_is_self_contained_with_plots_and_a_markdown_twin(report) -> None:
     assert "<script" not in html
     pngs = re.findall(r'src="data:image/png;base64,([^"]+)"', html)
     titles = re.findall(r'<img alt="([^"]+)"', html)
-    # two seeds: the calibrated checks draw no band, so the curves are drawn raw and no value has a band
-    assert titles == ["loss curve, short runs", "gradient norm, short runs"]
+    # three seeds: the loss window and metric are judged against calibrated bands, drawn in their own figure
+    assert titles == ["loss curve, short runs", "gradient norm, short runs",
+                      "loss window and metric against their bands"]
     assert len(pngs) == len(titles)
     for b64 in pngs:
         img = mpimg.imread(io.BytesIO(base64.b64decode(b64)), format="png")

@@ -13,6 +13,7 @@ import pytest
 
 from helpers import FIXTURES, cli_json, ladder_cli, set_var, workspace
 from ladder.runs.records import RunRecord
+from ladder.runs.runner.tree import PIDS_FILE
 
 
 def _run(ws: Path, *extra: str, env: dict | None = None) -> tuple[dict, RunRecord]:
@@ -71,11 +72,24 @@ def test_timeout_kills_the_whole_process_group(tmp_path: Path) -> None:
     _, rec = _run(ws)
     assert rec.timed_out and rec.exit_code is not None and rec.exit_code < 0
     assert time.time() - t0 < 60
-    child = next(int(line.split()[-1]) for line in (Path(rec.cwd).parent / "stdout.log").read_text().splitlines()
-                 if "child pid" in line)
+    run_dir = Path(rec.cwd).parent
+    assert any("child pid" in line for line in (run_dir / "stdout.log").read_text().splitlines())
+    # The printed pid is the sandbox's own (a PID namespace): the tree's record holds this machine's pids,
+    # each with its kernel start time, so a reused pid is not mistaken for the run's.
+    recorded = json.loads((run_dir / PIDS_FILE).read_text())["pids"]
+    assert len(recorded) >= 2, recorded  # the training program and the child it spawned, at least
     time.sleep(0.5)
-    alive = Path(f"/proc/{child}").exists() and "Z" not in Path(f"/proc/{child}/stat").read_text().split()[2]
-    assert not alive, "the grandchild outlived the timeout"
+    alive = [(pid, start) for pid, start in recorded if _live_start(pid) == start]
+    assert not alive, f"outlived the timeout: {alive}"
+
+
+def _live_start(pid: int) -> int | None:
+    """The kernel start time of a live, non-zombie process (None when gone)."""
+    try:
+        rest = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return None if rest[0] in ("Z", "X") else int(rest[19])
 
 
 def test_nan_loss_is_seen(tmp_path: Path) -> None:

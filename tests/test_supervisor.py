@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -371,7 +372,8 @@ def test_a_hostile_agent_cannot_rewrite_the_evidence(tmp_path, baselines, sandbo
         import hashlib, json, sqlite3
         c = sqlite3.connect({str(journal_file)!r})
         c.execute("DROP TRIGGER entries_no_update")
-        c.execute("UPDATE entries SET content = replace(content, 'crashes', 'passes')")
+        c.execute("UPDATE entries SET content = replace(content, '\\"exit_code\\":1,', '\\"exit_code\\":0,') "
+                  "WHERE kind = 'run'")
         c.commit()
     ''')
     commands = [
@@ -380,7 +382,7 @@ def test_a_hostile_agent_cannot_rewrite_the_evidence(tmp_path, baselines, sandbo
         f"sh -c 'echo [protocol_overrides.l1] >> {ws}/ladder.toml'",
         "sh -c 'echo token=$GITHUB_TOKEN > token.txt'",
         f"sh -c 'echo pwned > {ws}/outside.txt'",
-        f"{sys.executable} -c \"{rehash.strip().replace(chr(10), '; ')}\"",
+        f"{sys.executable} -c {shlex.quote(rehash.strip())}",
     ]
     (ws / "migrations" / "hostile.toml").write_text(
         '[[attempt]]\nsummary = "Map the device, and try every escape"\ndeclared_level = "L3"\nrationale = "x"\n'
@@ -403,7 +405,8 @@ def test_a_hostile_agent_cannot_rewrite_the_evidence(tmp_path, baselines, sandbo
     else:
         assert any("integrity" in c for c in a1["protected_changes"]), a1
         assert j.entries("run", attempt=1) == [] and j.last("attempt_result", attempt=1).content["rejected"] == "protected"
-        assert not verify_journal(j.path, root=ws).ok  # the rewritten entry is caught
+        assert j.entries("run", attempt=0)[0].content["exit_code"] == 0  # the forgery landed: attempt 0 "passed"
+        assert not verify_journal(j.path, root=ws).ok  # and the rewritten entry is caught
     del st
 
 

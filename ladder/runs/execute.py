@@ -10,6 +10,7 @@ Owns the run directory layout:
 
 from __future__ import annotations
 
+import math
 import os
 import shlex
 import shutil
@@ -281,8 +282,9 @@ def end_event(record: RunRecord, run_dir: Path) -> dict:
 
 
 def line_sink(parser: OutputParser, progress: Progress | None, steps: int) -> LineSink:
-    """Feed each output line to the parser, and report the loss as it comes (at most every 0.1 s)."""
-    last_report = [0.0]
+    """Feed each output line to the parser, and report the loss as it comes: the first loss line always (a fast
+    program may print all of them in its first 0.1 s), then at most every 0.1 s."""
+    last_report = [-math.inf]
 
     def on_line(stream: str, line: str, t: float) -> None:
         before = parser.loss_lines
