@@ -35,5 +35,10 @@ def test_the_demo_on_the_ssh_runner_reaches_the_local_demo_s_levels(tmp_path, xl
     assert attempts[3]["full_run"] and status.finished
     with Journal(ws / "journals" / "classifier-xla" / "journal.sqlite") as j:
         runs = [RunRecord.load(ws / e.content["run_dir"]) for e in j.entries("run")]
-    assert runs and all(r.runner == "ssh" and r.remote.host == sshd.alias for r in runs)
-    assert all(Path(r.remote.run_dir).is_relative_to(sshd.remote_root) for r in runs)
+    # every run of the port ran there: its short and full runs and its parity sides (their tensors came back:
+    # attempt 3 passed parity and loaded its exported weights back); the reference's parity side ran here
+    port = [r for r in runs if r.profile == "target"]
+    assert {r.kind for r in port} >= {"short", "full", "parity"}, [(r.kind, r.profile) for r in runs]
+    assert all(r.runner == "ssh" and r.remote.host == sshd.alias for r in port)
+    assert all(Path(r.remote.run_dir).is_relative_to(sshd.remote_root) for r in port)
+    assert all(r.runner == "local" for r in runs if r.profile == "reference")

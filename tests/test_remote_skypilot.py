@@ -71,8 +71,7 @@ def test_the_task_for_a_gpu_or_tpu_profile_is_a_valid_skypilot_task(tmp_path, ap
 
     ws = sky_workspace(tmp_path, accelerators)
     spec = load_spec(ws / "ladder.toml")
-    profile = spec.profile("target")
-    launch, run = build_tasks(spec, profile, "short", 0, ws / "repo", "~/.ladder/runs/x", 60.0, None)
+    launch, run = build_tasks(spec, "target", "short", 0, ws / "repo", "~/.ladder/runs/x", 60.0, None)
     for task in (launch, run):
         (res,) = task.resources
         assert res.accelerators == sky.Resources(accelerators=accelerators).accelerators

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ladder.journal import entries as je
+from ladder._util.errors import LadderError
 from ladder.parity.context import attempt_dir
 from ladder.parity.runs import SIDES_FILE, ParityRuns, exported_weights, run_load_back, run_parity
 from ladder.runs.records import RunRecord
@@ -79,7 +80,10 @@ def parity_options(m: "Migration", n: int, kind: str, run: RunRecord, run_dir: P
     if run.exit_code == 0 and not run.timed_out:
         attempt = m.journal.last("attempt", attempt=n)
         source = m.workspace / attempt.content["worktree"]
-        out["parity"] = ensure_parity(m, n, source, progress).as_option()
+        try:
+            out["parity"] = ensure_parity(m, n, source, progress).as_option()
+        except LadderError as e:  # e.g. a profile that cannot run a side: said in the check, not a crash
+            out["parity"], out["parity_why"] = None, f"not run: {e.message}" + (f" ({e.fix})" if e.fix else "")
     else:
         out["parity"], out["parity_why"] = None, "not run: the attempt's run did not finish"
     if p.export and p.evaluate and kind == "full":

@@ -79,20 +79,32 @@ def _parity_spec(spec: Spec):  # -> ParitySpec
     return spec.parity
 
 
-def _side_command(run_dir: Path, args: list[str]) -> str:
-    """The command template of a side: {python} is filled by the run; everything else is literal."""
-    literal = " ".join(shlex.quote(a) for a in [str(run_dir / SIDE_NAME), *args])
-    return "{python} " + literal.replace("{", "{{").replace("}", "}}")
+IN_RUN_DIR = "@RUN_DIR@/"  # an argument naming a file of the side's run directory, wherever the run runs
+
+
+def _side_command(args: list[str]) -> str:
+    """The command template of a side: {python} and {run_dir} are filled by the run (here or on the profile's
+    machine, whose run directory is another path); everything else is literal."""
+
+    def arg(a: str) -> str:
+        if a == IN_RUN_DIR.rstrip("/"):
+            return "{run_dir}"
+        if a.startswith(IN_RUN_DIR):
+            return "{run_dir}/" + shlex.quote(a[len(IN_RUN_DIR):]).replace("{", "{{").replace("}", "}}")
+        return shlex.quote(a).replace("{", "{{").replace("}", "}}")
+
+    return "{python} " + " ".join(arg(a) for a in [IN_RUN_DIR + SIDE_NAME, *args])
 
 
 def _execute_side(spec: Spec, profile: str, kind: str, source: Path, run_dir: Path, args: list[str],
                   progress: Progress | None) -> RunRecord:
+    """Run the side script in run_dir (which holds it and its input files: a remote run takes them along)."""
     run_dir.mkdir(parents=True, exist_ok=True)
     shutil.copy2(SIDE_SCRIPT, run_dir / SIDE_NAME)
     timeout = load_spec_protocol(spec).parity.timeout_minutes * 60.0
     seed = _parity_spec(spec).seed
     record = execute_run(spec, profile, kind, seed=seed, source=source, run_dir=run_dir, progress=progress,
-                         timeout_s=timeout, command=_side_command(run_dir, [*args, "--out", str(run_dir)]))
+                         timeout_s=timeout, command=_side_command([*args, "--out", IN_RUN_DIR.rstrip("/")]))
     shutil.rmtree(run_dir / "work", ignore_errors=True)
     return record
 
@@ -143,7 +155,7 @@ def run_parity(spec: Spec, source: Path, out_dir: Path, reference_dir: Path | No
     write_inputs(ref_dir, tgt_dir / "inputs.npz")
     _execute_side(spec, "target", "parity", Path(source), tgt_dir,
                   ["parity", "--adapter", p.target, "--steps", str(steps), "--seed", str(p.seed),
-                   "--inputs", str(tgt_dir / "inputs.npz")], progress)
+                   "--inputs", IN_RUN_DIR + "inputs.npz"], progress)
     runs = ParityRuns(ref_dir, tgt_dir, tolerance)
     runs.save(out_dir)
     return runs
@@ -168,4 +180,4 @@ def run_load_back(spec: Spec, weights: Path, run_dir: Path, progress: Progress |
     run_dir.mkdir(parents=True, exist_ok=True)
     shutil.copy2(weights, run_dir / "weights.npz")
     return _execute_side(spec, "reference", "evaluate", spec.source_dir, run_dir,
-                         ["evaluate", "--adapter", p.evaluate, "--weights", str(run_dir / "weights.npz")], progress)
+                         ["evaluate", "--adapter", p.evaluate, "--weights", IN_RUN_DIR + "weights.npz"], progress)

@@ -165,7 +165,11 @@ def execute_run(spec: Spec, profile_name: str, kind: str, seed: int = 0, source:
     if profile.runner != "local":  # the same contract, kept on another machine
         from ladder.runs.remote.execute import execute_remote_run
 
-        return execute_remote_run(spec, profile_name, kind, seed, source, run_dir, progress, timeout_s, slot)
+        if environment is not None:
+            raise LadderError(f"profile {profile_name!r} runs on {profile.runner}: a fresh environment is built "
+                              "on this machine only", "grade with a local profile")
+        return execute_remote_run(spec, profile_name, kind, seed, source, run_dir, progress, timeout_s, slot,
+                                  command)
     protocol = load_spec_protocol(spec)
     source = (source or spec.source_dir).resolve()
     if not source.is_dir():

@@ -25,6 +25,9 @@ from __future__ import annotations
 
 import json
 import os
+import posixpath
+import shutil
+import tempfile
 import threading
 import time
 import uuid
@@ -45,7 +48,8 @@ from ladder.runs.remote.session import InfrastructureFailure, Machine, Reconnect
 from ladder.runs.remote.ssh import RemoteError, SshConnection
 
 COLLECT = ["stdout.log", "stderr.log", "probe", "pids.json", "exit.json", "supervisor.json", "agent.log",
-           "scrubbed.json"]
+           "scrubbed.json",
+           "parity.npz", "parity.json", "evaluate.json"]  # what a parity side writes (ladder.parity.side)
 WATCHDOG_GRACE_S = 120.0  # past the timeout, the supervisor there should have ended the run: kill it from here
 
 
@@ -93,20 +97,29 @@ def run_env(spec: Spec, profile: Profile, remote_dir: str, probe_dir: str, seed:
 
 def execute_remote_run(spec: Spec, profile_name: str, kind: str, seed: int, source: Path | None,
                        run_dir: Path | None, progress: Progress | None, timeout_s: float | None,
-                       slot: int | None) -> RunRecord:
+                       slot: int | None, command: str | None = None) -> RunRecord:
+    """A run on the profile's machine. `command` replaces the spec's command (a parity side, ladder.parity):
+    the files already in run_dir (the side's script and inputs) go along into the machine's run directory,
+    and what the side writes there (SIDE_OUTPUTS) comes back."""
     profile = spec.profile(profile_name)
     if profile.runner == "skypilot":
+        if command is not None:
+            raise LadderError(f"profile {profile_name!r} runs on skypilot, where ladder runs only the experiment's "
+                              f"own commands: a {kind} side needs a local or ssh profile",
+                              "run parity with a profile whose runner is local or ssh")
         from ladder.runs.remote.skypilot import execute_skypilot_run
 
         return execute_skypilot_run(spec, profile_name, kind, seed, source, run_dir, progress, timeout_s, slot)
     assert profile.ssh is not None
+    given = [p for p in run_dir.iterdir() if p.is_file()] if command is not None and run_dir and run_dir.is_dir() else []
     protocol, source, run_dir, timeout, integrity = begin(spec, profile_name, kind, seed, source, run_dir, timeout_s)
     timings: dict[str, float] = {}
     reconnects = _reconnects(protocol, progress)
+    parse = spec.parse_for(profile_name)
     record = RunRecord(
         run_id=run_dir.name, kind=kind, profile=profile_name, platform=profile.platform, seed=seed,  # type: ignore[arg-type]
         command="", cwd="", started_at=time.time(), timeout_s=timeout,
-        metric_name=spec.parse_for(profile_name).metric_name, metric_direction=spec.parse_for(profile_name).direction,
+        metric_name=parse.metric_name, metric_direction=parse.direction,
         provenance=provenance(source, "", []), price_per_hour=profile.price_per_hour or 0.0, chips=profile.chips,
         runner="ssh", remote=RemoteRun(runner="ssh", host=profile.ssh.host, run_dir="", timings=timings,
                                        price_source="profile"))
@@ -137,8 +150,14 @@ def execute_remote_run(spec: Spec, profile_name: str, kind: str, seed: int, sour
         link_notes = copy_source(source, run_dir / "work", profile.copy_ignore,
                                  [Path(os.path.expanduser(m)) for m in profile.mounts])
         machine.put_dir(run_dir / "work", f"{remote_dir}/work")
+        if given:
+            with tempfile.TemporaryDirectory() as stage:
+                for f in given:
+                    shutil.copy2(f, Path(stage) / f.name)
+                machine.put_dir(Path(stage), remote_dir)
         timings["sync"] = time.time() - t
-        record.command = _command(spec, profile_name, kind, seed, prepared["python"], Path(remote_dir))
+        record.command = _command(spec, profile_name, kind, seed, prepared["python"], Path(remote_dir),
+                                  template=command)
         record.provenance = provenance(source, prepared["python"], prepared.get("packages", []))
         record.provenance.hostname = machine.hostname
         record.sandbox = prepared["sandbox"]
@@ -259,6 +278,7 @@ def _follow_and_collect(spec: Spec, machine: Machine, record: RunRecord, run_dir
     t = time.time()
     try:
         machine.get_files(remote_dir, COLLECT, run_dir)  # the machine's own logs replace the streamed copies
+        record.notes += _collect_export(spec, machine, record, remote_dir, run_dir)
         machine.remove(f"{remote_dir}/work")
     except InfrastructureFailure as e:
         return _record_infrastructure(record, run_dir, machine.reconnects, e, progress)
@@ -266,6 +286,22 @@ def _follow_and_collect(spec: Spec, machine: Machine, record: RunRecord, run_dir
     record.remote.reconnects = machine.reconnects.count
     record.notes += machine.reconnects.log[-10:]
     return finish_remote(record, run_dir, exit_info, parser, integrity, progress)
+
+
+def _collect_export(spec: Spec, machine: Machine, record: RunRecord, remote_dir: str, run_dir: Path) -> list[str]:
+    """A full run's exported weights ([parity].export, written in its working directory there) come back into
+    the run directory, as a local run's move there (ladder.runs.execute.collect_export)."""
+    name = spec.parity.export if spec.parity else None
+    if record.kind != "full" or not name:
+        return []
+    cwd = posixpath.normpath(f"{remote_dir}/work/{spec.profile(record.profile).cwd}")
+    with tempfile.TemporaryDirectory() as tmp:
+        machine.get_files(cwd, [name], Path(tmp))
+        got = Path(tmp) / name
+        if not got.is_file():
+            return [f"the full run wrote no {name} ([parity].export) in its working directory"]
+        shutil.move(str(got), str(run_dir / Path(name).name))
+    return [f"exported weights kept: {Path(name).name}"]
 
 
 def finish_remote(record: RunRecord, run_dir: Path, exit_info: dict[str, Any], parser: OutputParser, integrity: Any,

@@ -85,10 +85,11 @@ def resources(profile: Profile) -> Any:
     return sky.Resources(**kw)
 
 
-def build_tasks(spec: Spec, profile: Profile, kind: str, seed: int, work: Path, remote_dir: str,
+def build_tasks(spec: Spec, profile_name: str, kind: str, seed: int, work: Path, remote_dir: str,
                 timeout: float, slot: int | None) -> tuple[Any, Any]:
     """(the launch task: resources, setup and the bundle; the exec task: the run) for this run."""
     sky = _sky()
+    profile = spec.profile(profile_name)
     t = profile.skypilot
     assert t is not None
     digest, local = local_bundle()
@@ -99,7 +100,7 @@ def build_tasks(spec: Spec, profile: Profile, kind: str, seed: int, work: Path, 
     # Paths under the cluster's home stay "~/..." (only the cluster knows its home: the agent expands them);
     # the interpreter and the run directory are known there only, and the job fills their markers.
     job = {"prepare": prepare, "run_dir": remote_dir,
-           "start": {"command": _command(spec, _name_of(spec, profile), kind, seed, PYTHON_MARK, Path(RUN_DIR_MARK)),
+           "start": {"command": _command(spec, profile_name, kind, seed, PYTHON_MARK, Path(RUN_DIR_MARK)),
                      "timeout_s": timeout, "pass_env": profile.pass_env,
                      "env": run_env(spec, profile, RUN_DIR_MARK, f"{lib}/ladder/probe", seed, slot)}}
     name = f"ladder-{spec.name}"[:60]
@@ -110,10 +111,6 @@ def build_tasks(spec: Spec, profile: Profile, kind: str, seed: int, work: Path, 
                    envs={"LADDER_JOB": json.dumps(job)})
     run.set_resources(resources(profile))
     return launch, run
-
-
-def _name_of(spec: Spec, profile: Profile) -> str:
-    return next(name for name, p in spec.profiles.items() if p is profile)
 
 
 def _q(text: str) -> str:
@@ -147,11 +144,12 @@ def execute_skypilot_run(spec: Spec, profile_name: str, kind: str, seed: int, so
     remote_dir = f"{t.root}/runs/{spec.name}/{run_dir.name}-{uuid.uuid4().hex[:8]}"
     link_notes = copy_source(source, run_dir / "work", profile.copy_ignore,
                              [Path(os.path.expanduser(m)) for m in profile.mounts])
-    launch_task, run_task = build_tasks(spec, profile, kind, seed, run_dir / "work", remote_dir, timeout, slot)
+    launch_task, run_task = build_tasks(spec, profile_name, kind, seed, run_dir / "work", remote_dir, timeout, slot)
+    parse = spec.parse_for(profile_name)
     record = RunRecord(
         run_id=run_dir.name, kind=kind, profile=profile_name, platform=profile.platform, seed=seed,  # type: ignore[arg-type]
         command=run_task.run, cwd=f"{remote_dir}/work", started_at=time.time(), timeout_s=timeout,
-        metric_name=spec.parse_for(profile_name).metric_name, metric_direction=spec.parse_for(profile_name).direction,
+        metric_name=parse.metric_name, metric_direction=parse.direction,
         provenance=provenance(source, profile.python or "", []), price_per_hour=profile.price_per_hour or 0.0,
         chips=profile.chips, runner="skypilot",
         remote=RemoteRun(runner="skypilot", host=t.cluster, run_dir=remote_dir,
