@@ -88,3 +88,66 @@ def test_an_existing_spec_is_kept_and_targets_need_from_run(ws: Path) -> None:
     assert p.returncode == 2 and "already exists" in p.stderr and (ws / "ladder.toml").read_text() == "keep me"
     p = ladder_cli("init", str(ws / "other"), "--target-run", PORT, cwd=ws)
     assert p.returncode == 2 and "need --from-run" in p.stderr
+
+
+def test_a_side_whose_run_failed_leaves_a_draft_not_a_spec(ws: Path) -> None:
+    # the port's data is never prepared (no --target-prepare): it crashes opening it
+    args = ("init", "--from-run", REFERENCE, "--source", "repo", "--python", sys.executable,
+            "--prepare", "python prepare_data.py", "--target-run", PORT, "--target-source", "port", "--json")
+    p = ladder_cli(*args, cwd=ws)
+    assert p.returncode == 2 and "target's run failed (exit 1)" in p.stderr and "--force" in p.stderr, p.stderr
+    out = json.loads(p.stdout)
+    assert out["spec"] is None and not (ws / "ladder.toml").exists()
+    failed = [f for f in out["findings"] if f["side"] == "target" and f["topic"] == "run" and not f["ok"]]
+    assert failed and "the program failed" in failed[0]["why"]
+    draft = Path(out["draft"]).read_text()
+    assert "[profiles.target.parse]: not proposed, its run failed (exit 1)" in draft
+
+    forced = ladder_cli(*args, "--force", cwd=ws)
+    assert forced.returncode == 0, forced.stderr
+    spec = load_spec(ws / "ladder.toml")  # valid; the port reads with the reference's patterns until set
+    assert spec.profile("target").parse is None and spec.parse.metric_name == "mse"
+
+
+def test_a_default_run_longer_than_the_full_run_bound_is_not_proposed(tmp_path: Path) -> None:
+    from ladder.migration.from_run import Side, full_run_steps, render_spec
+
+    side = Side("reference", "{python} train.py --max_iters={steps}", sys.executable, "cpu", tmp_path,
+                steps=200, full_steps=600000, wall_s=60.0, exit_code=0)
+    steps, why = full_run_steps(side, 200, 5.0)
+    assert steps == 2000 and "600000 would take about 50 h" in why  # 60 s per 200 steps
+    side.wall_s = 2.0  # 600000 steps at 100 steps/s: 1.7 h, within the bound
+    assert full_run_steps(side, 200, 5.0) == (600000, "the program's default --steps (600000)")
+    side.wall_s = 60.0
+    text = render_spec("x", tmp_path, side, None)
+    assert "full_steps = 2000 " in text and "expected_minutes_full = 15.0" in text
+    assert any(f.topic == "full_steps" and not f.ok for f in side.findings)
+
+
+def test_a_step_flag_the_command_passes_is_templated_without_argparse(tmp_path: Path, monkeypatch) -> None:
+    # a dataclass-style config read from sys.argv: no --help, no argparse, no configurator.py (jax-gpt's habit)
+    monkeypatch.setenv("LADDER_CACHE", str(tmp_path / "cache"))
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "train.py").write_text(
+        "import random, sys\n"
+        "cfg = {'max_iters': 5000, 'lr': 0.05}\n"
+        "for arg in sys.argv[1:]:\n"
+        "    key, value = arg[2:].split('=')\n"
+        "    cfg[key] = type(cfg[key])(value)\n"
+        "rng, w = random.Random(0), 3.0\n"
+        "for it in range(1, cfg['max_iters'] + 1):\n"
+        "    x = rng.gauss(1.0, 0.1)\n"
+        "    loss = (w - x) ** 2\n"
+        "    w -= cfg['lr'] * 2 * (w - x)\n"
+        "    if it % 5 == 0:\n"
+        "        print(f'iter {it}: loss {loss:.6f}', flush=True)\n"
+        "print(f'final val_loss {(w - 1.0) ** 2:.6f}', flush=True)\n")
+    p = ladder_cli("init", "--from-run", "python train.py --max_iters=100 --lr=0.05", "--source", "repo",
+                   "--python", sys.executable, "--json", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    spec = load_spec(tmp_path / "ladder.toml")
+    assert spec.command("short", "reference") == "{python} train.py --max_iters={steps} --lr=0.05"
+    assert spec.experiment.short_steps == 100 and spec.probe.seed  # no seed flag anywhere: the probe seeds
+    record = execute_run(spec, "reference", "short", seed=0)
+    assert record.exit_code == 0 and record.loss_curve[-1].step == 100 and record.metric is not None

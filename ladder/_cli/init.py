@@ -17,7 +17,8 @@ from ladder.migration.spec import TEMPLATE
 @app.command()
 def init(
     directory: Path = typer.Argument(Path("."), help="Where to write ladder.toml."),
-    force: bool = typer.Option(False, "--force", help="Overwrite an existing ladder.toml."),
+    force: bool = typer.Option(False, "--force", help="Overwrite an existing ladder.toml; with --from-run, also "
+                               "write the proposal when a side's run failed."),
     from_run: str | None = typer.Option(None, "--from-run", metavar="COMMAND", help="The reference's training "
                                         "command, short (a few hundred steps): ladder runs it once and proposes the "
                                         "spec from what it prints."),
@@ -55,13 +56,13 @@ def init(
         display().info(f"wrote {target}: fill in source, commands, [parse] patterns and the two profiles")
         return 0
     return _from_run(target, from_run, source, python, platform, prepare, target_run, target_source, target_python,
-                     target_platform, target_prepare, name, timeout, yes, as_json)
+                     target_platform, target_prepare, name, timeout, yes, as_json, force)
 
 
 def _from_run(target: Path, command: str, source: Path, python: str | None, platform: str, prepare: list[str],
               target_run: str | None, target_source: Path | None, target_python: str | None,
               target_platform: str | None, target_prepare: list[str], name: str | None, timeout: float, yes: bool,
-              as_json: bool) -> int:
+              as_json: bool, force: bool = False) -> int:
     from ladder.migration.from_run import propose
     from ladder.migration.spec import SpecWarning, load_spec
 
@@ -71,18 +72,20 @@ def _from_run(target: Path, command: str, source: Path, python: str | None, plat
                            target_command=target_run, target_source=target_source, target_python=target_python,
                            target_platform=target_platform, target_prepare=target_prepare, name=name,
                            timeout_s=timeout, progress=lambda side, event, data: cb(event, data))
-    draft = target.parent / ".ladder.toml.proposed"
+    draft = (target.parent / ".ladder.toml.proposed").resolve()
     draft.write_text(proposal.text)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", SpecWarning)
         load_spec(draft)  # the proposal must be a valid spec; a problem here is a bug in the inference
     rows = [[side, "yes" if f.ok else "NO", f.topic, f.value, f.why] for side, f in proposal.findings]
-    write = yes or as_json or not sys.stdin.isatty()
+    failed = [s for s in (proposal.reference, proposal.target) if s is not None and s.failed]
+    # a side whose run failed gave no ground for its log format: the proposal is kept as a draft unless forced
+    write = (yes or as_json or not sys.stdin.isatty()) and (force or not failed)
     if not as_json:
         d.table(f"inferred from the run (draft: {draft})", ["side", "ok", "what", "value", "why"], rows)
         for w in caught:
             d.info(f"warning: {w.message}")
-        if not write:
+        if not write and not failed:
             write = typer.confirm(f"write {target}?", default=True)
     if write:
         draft.replace(target)
@@ -93,4 +96,9 @@ def _from_run(target: Path, command: str, source: Path, python: str | None, plat
                 "warnings": [str(w.message) for w in caught]})
     else:
         d.info(f"wrote {target}: review it, then `ladder baseline`" if write else f"left the proposal in {draft}")
+    if failed and not write:
+        runs = "; ".join(f"the {s.name}'s run failed (exit {s.exit_code})" for s in failed)
+        raise LadderError(f"{runs}: its log format cannot be read from it, so {target.name} was not written "
+                          f"(the proposal is in {draft})", "fix the command (see the findings) and run init again, "
+                          "or pass --force to write the proposal as it is")
     return 0

@@ -59,6 +59,11 @@ class Side:
     wall_s: float | None = None
     exit_code: int | None = None
 
+    @property
+    def failed(self) -> bool:
+        """The observed run crashed or was cut off: what it printed is no ground to read a log format from."""
+        return self.exit_code != 0
+
 
 def split_command(command: str) -> tuple[dict[str, str], list[str]]:
     """Leading VAR=value assignments, and the argv."""
@@ -193,15 +198,17 @@ def detect_flags(side: Side, argv: list[str]) -> list[str]:
         side.findings.append(Finding("seed", "[probe] seed = true", "no seed flag in --help, argparse or config "
                                      "globals: ladder offsets the seeds the program sets itself, per run"))
     steps = [f for f in STEPS_FLAGS if f in flags or f.replace("-", "_") in flags]
-    passed = [f for f in steps if any(t == f"--{f}" or t.startswith(f"--{f}=") for t in argv)]
+    # a step flag the command passes counts even when no --help or argparse names it (a dataclass config):
+    # the program took it and ran
+    passed = [f for f in STEPS_FLAGS if any(t == f"--{f}" or t.startswith(f"--{f}=") for t in argv)]
     if passed:
         argv, old = _set_flag(argv, passed, "{steps}")
         side.steps = int(float(old)) if old and re.fullmatch(r"[-+]?\d+(\.0*)?", old) else None
         default = defaults.get(passed[0]) or defaults.get(passed[0].replace("-", "_"))
         side.full_steps = int(float(default)) if default and re.fullmatch(r"\d+(\.0*)?", default) else None
         side.findings.append(Finding("steps", f"--{passed[0]} = {{steps}}", f"the command passes --{passed[0]} "
-                                     f"{old}: the short run's length" + (f"; its default {default} is proposed for "
-                                                                          "the full run" if side.full_steps else "")))
+                                     f"{old}: the short run's length" + (f"; its default is {default}" if side.full_steps
+                                                                          else "")))
     elif steps:
         side.findings.append(Finding("steps", "-", f"the program takes --{steps[0]} but the command does not pass "
                                      "it: add it with {steps} to the short and full commands", ok=False))
@@ -428,6 +435,9 @@ def _profile_lines(side: Side, reference: Side | None, workspace: Path) -> list[
         if side.source != reference.source:
             rel = os.path.relpath(side.source, workspace)
             lines.insert(1, f"# the port's code: ladder run --on {side.name} --source {rel}")
+        if side.failed:
+            return lines + ["", f"# [profiles.{side.name}.parse]: not proposed, its run failed (exit "
+                            f"{side.exit_code}); the shared [parse] applies until you set it"]
         own = {k: v for k, v in side.parse.table().items() if k in ("loss", "metric", "eval")}
         ref = reference.parse.table()
         over = {k: v for k, v in own.items() if v != ref.get(k)}
@@ -439,10 +449,30 @@ def _profile_lines(side: Side, reference: Side | None, workspace: Path) -> list[
     return lines
 
 
+def full_run_steps(side: Side, short: int, max_hours: float) -> tuple[int, str]:
+    """The proposed full run, and why: the program's default step count, unless that run would take longer than
+    the stop rule's full-run bound at the observed speed (nanoGPT's default is 600000 iterations): then 10 x the
+    short run, for the user to set."""
+    default = side.full_steps if side.full_steps and side.full_steps > short else None
+    if default is None:
+        return short * 10, "a guess: 10 x the short run"
+    if side.wall_s:
+        hours = side.wall_s * default / short / 3600.0
+        if hours > max_hours:
+            return short * 10, (f"10 x the short run: the program's default {default} would take about "
+                                f"{hours:.0f} h at the observed speed (the full run's bound is {max_hours:g} h); "
+                                "set the run you want verified")
+    return default, f"the program's default --steps ({default})"
+
+
 def render_spec(name: str, workspace: Path, reference: Side, target: Side | None) -> str:
     """The commented ladder.toml for the observed sides."""
+    from ladder.migration.protocol import load_protocol
+
     short = reference.steps or 200
-    full = reference.full_steps if reference.full_steps and reference.full_steps > short else short * 10
+    full, full_why = full_run_steps(reference, short, load_protocol("ncsu").limits.max_full_run_hours)
+    if not full_why.startswith(("a guess", "the program's default")):
+        reference.findings.append(Finding("full_steps", str(full), full_why, ok=False))
     minutes = max(1.0, round((reference.wall_s or 60.0) * 1.5 / 60.0, 1))
     parse = reference.parse.table()
     probe_seed = reference.probe_seed or bool(target and target.probe_seed)
@@ -457,10 +487,11 @@ def render_spec(name: str, workspace: Path, reference: Side, target: Side | None
         'protocol = "ncsu"', "", "[experiment]", f"short = {_quoted(reference.command)}",
         f"full = {_quoted(reference.command)}",
         f"short_steps = {short}" + ("" if reference.steps else "                # a guess: no step-count flag"),
-        f"full_steps = {full}" + ("" if reference.full_steps else "                # a guess: 10 x the short run"),
+        f"full_steps = {full}" + ("" if full == reference.full_steps else f"                # {full_why[:120]}"),
         f"expected_minutes_short = {minutes}    # 1.5 x the observed run; the timeout is 10 x this",
-        f"expected_minutes_full = {round(minutes * full / short, 1)}", "", "[parse]",
-    ]
+        f"expected_minutes_full = {round(minutes * full / short, 1)}", "",
+    ] + ([f"# read from a run that FAILED (exit {reference.exit_code}): check every pattern"]
+         if reference.failed else []) + ["[parse]"]
     lines += [f"{k} = {_toml(v)}" for k, v in parse.items()]
     if probe_seed:
         lines += ["", "[probe]", "seed = true                        # no seed flag: ladder offsets the seeds the "
