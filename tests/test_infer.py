@@ -116,3 +116,15 @@ def test_proposed_number_groups_stop_at_punctuation(line: str, group: str) -> No
 
     number = re.compile(NUMBER_GROUP)
     assert number.search(line[line.index(group):]).group() == group
+
+
+@pytest.mark.parametrize("last", ["Finished training in 7.49 seconds", "took 12.5s", "elapsed time: 88.1"])
+def test_a_time_printed_at_the_end_is_not_proposed_as_the_metric(last: str) -> None:
+    losses = _losses(20)
+    lines = [f"[1, {i * 100:5d}] loss: {loss:.3f}" for i, loss in enumerate(losses, 1)] + [last]
+    prop = infer_parse(lines)
+    assert prop.metric_name == "metric" and "METRIC NOT FOUND" in prop.metric, (prop.metric_name, prop.metric)
+    assert any(f.topic == "metric" and not f.ok for f in prop.findings)
+    # a result printed beside it is still found
+    prop = infer_parse(lines[:-1] + ["Accuracy of the network on the 10000 test images: 54 %", last])
+    assert prop.metric_name == "accuracy" and prop.direction == "max", prop.metric_name

@@ -313,6 +313,19 @@ def _unique_pattern(s: Series, captures: dict[int, str], lines: list[Line]) -> t
     return rx, len(others)
 
 
+TIME_UNITS = ("s", "sec", "secs", "second", "seconds", "ms", "min", "mins", "minute", "minutes", "h", "hr", "hrs",
+              "hour", "hours")
+TIME_WORDS = ("time", "elapsed", "took", "duration", "runtime", "walltime", "wall")
+
+
+def _duration(ln: Line, i: int) -> bool:
+    """The i-th number of the line is a time: a unit follows it, or the words before it name a time."""
+    after = WORD.findall(ln.literals[i + 1].lower())
+    if after and after[0] in TIME_UNITS and not ln.literals[i + 1].lstrip().startswith(("/", "per")):
+        return True
+    return bool(set(w.lower() for w in WORD.findall(ln.literals[i])) & set(TIME_WORDS))
+
+
 def _direction(label: str) -> str | None:
     words = _words(label)
     if words & set(LOWER_BETTER):
@@ -403,6 +416,8 @@ def _metric(prop: ParseProposal, lines: list[Line], series: list[Series], loss_s
             if label.endswith("_total") or (label and _words(label) & set(NOT_A_LOSS)):
                 continue
             own = bool(label and _direction(label))
+            if not own and _duration(ln, i):  # `Finished training in 7.49 seconds` is not the result
+                continue
             name = label if own or not named else named
             integer = re.fullmatch(r"[-+]?\d+", ln.raw[i]) is not None
             score = rank * 0.1 + (3 if _words(name) & set(HIGHER_BETTER) else 0) + \
