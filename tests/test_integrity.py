@@ -286,6 +286,9 @@ def test_usage_errors_are_one_line_and_exit_2(tmp_path: Path) -> None:
         p = ladder_cli(*args, cwd=tmp_path)
         assert p.returncode == 2, (args, p.stderr)
         assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) <= 2, p.stderr
+    # ladder's own option after a command: the error says where it goes
+    p = ladder_cli("init", str(tmp_path / "x"), "--plain", cwd=tmp_path)
+    assert p.returncode == 2 and "--plain is an option of ladder itself" in p.stderr and "--plain init" in p.stderr
 
 
 @pytest.mark.slow

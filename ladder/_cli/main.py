@@ -51,6 +51,9 @@ def _register() -> None:
     from ladder._cli import commands  # noqa: F401  (commands register on `app`)
 
 
+GLOBAL_OPTIONS = ("--plain",)  # options of `ladder` itself (the callback above), not of its commands
+
+
 def _usage_errors() -> tuple[type[BaseException], ...]:
     """Click's usage errors: typer >= 0.26 raises those of its own vendored copy (typer._click), and click
     itself need not be installed; pyproject pins typer to the range tests/test_packaging.py checks."""
@@ -115,7 +118,11 @@ def main() -> None:
             sys.exit(2)
         hint = ""
         ctx = getattr(e, "ctx", None)
-        if ctx is not None:
+        option = getattr(e, "option_name", None)
+        if option in GLOBAL_OPTIONS and ctx is not None and ctx.parent is not None:
+            root, sub = ctx.find_root().command_path, ctx.info_name
+            hint = f" ({option} is an option of ladder itself: put it before the command, `{root} {option} {sub} ...`)"
+        elif ctx is not None:
             hint = f" (see `{ctx.command_path} --help`)"
         msg = e.format_message() if hasattr(e, "format_message") else str(e)
         sys.stderr.write(f"error: {msg}{hint}\n")
