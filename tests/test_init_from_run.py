@@ -131,7 +131,7 @@ def test_a_step_flag_the_command_passes_is_templated_without_argparse(tmp_path: 
     repo.mkdir()
     (repo / "train.py").write_text(
         "import random, sys\n"
-        "cfg = {'max_iters': 5000, 'lr': 0.05}\n"
+        "cfg = {'max_iters': 5000, 'lr_decay_iters': 5000, 'lr': 0.05}\n"
         "for arg in sys.argv[1:]:\n"
         "    key, value = arg[2:].split('=')\n"
         "    cfg[key] = type(cfg[key])(value)\n"
@@ -143,11 +143,13 @@ def test_a_step_flag_the_command_passes_is_templated_without_argparse(tmp_path: 
         "    if it % 5 == 0:\n"
         "        print(f'iter {it}: loss {loss:.6f}', flush=True)\n"
         "print(f'final val_loss {(w - 1.0) ** 2:.6f}', flush=True)\n")
-    p = ladder_cli("init", "--from-run", "python train.py --max_iters=100 --lr=0.05", "--source", "repo",
+    p = ladder_cli("init", "--from-run", "python train.py --max_iters=100 --lr_decay_iters=100 --lr=0.05", "--source", "repo",
                    "--python", sys.executable, "--json", cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     spec = load_spec(tmp_path / "ladder.toml")
-    assert spec.command("short", "reference") == "{python} train.py --max_iters={steps} --lr=0.05"
+    # the decay schedule set to the run's length follows it (nanoGPT: "make equal to max_iters usually")
+    assert spec.command("short", "reference") == "{python} train.py --max_iters={steps} --lr_decay_iters={steps} --lr=0.05"
+    assert any(f["topic"] == "steps" and f["value"] == "--lr_decay_iters = {steps}" for f in json.loads(p.stdout)["findings"])
     assert spec.experiment.short_steps == 100 and spec.probe.seed  # no seed flag anywhere: the probe seeds
     record = execute_run(spec, "reference", "short", seed=0)
     assert record.exit_code == 0 and record.loss_curve[-1].step == 100 and record.metric is not None

@@ -209,6 +209,7 @@ def detect_flags(side: Side, argv: list[str]) -> list[str]:
         side.findings.append(Finding("steps", f"--{passed[0]} = {{steps}}", f"the command passes --{passed[0]} "
                                      f"{old}: the short run's length" + (f"; its default is {default}" if side.full_steps
                                                                           else "")))
+        argv = _follow_steps(side, argv, old)
     elif steps:
         side.findings.append(Finding("steps", "-", f"the program takes --{steps[0]} but the command does not pass "
                                      "it: add it with {steps} to the short and full commands", ok=False))
@@ -216,6 +217,31 @@ def detect_flags(side: Side, argv: list[str]) -> list[str]:
         side.findings.append(Finding("steps", "-", "no step-count flag found: short_steps and full_steps are "
                                      "guesses; pass the run length with {steps}", ok=False))
     return argv
+
+
+STEP_WORDS = re.compile(r"iter|step|epoch", re.I)
+
+
+def _follow_steps(side: Side, argv: list[str], value: str | None) -> list[str]:
+    """Other step-like flags the command sets to the same number as the run length (nanoGPT's
+    --lr_decay_iters, "make equal to max_iters usually") follow {steps}: left literal, the full run would
+    keep the short run's schedule."""
+    if not value:
+        return argv
+    out = list(argv)
+    for i, tok in enumerate(out):
+        if not tok.startswith("--"):
+            continue
+        name, eq, val = tok[2:].partition("=")
+        at = i if eq else i + 1
+        if not eq:
+            val = out[i + 1] if i + 1 < len(out) else ""
+        if val == value and STEP_WORDS.search(name):
+            out[at] = f"--{name}={{steps}}" if eq else "{steps}"
+            side.findings.append(Finding("steps", f"--{name} = {{steps}}", f"passed the run length ({value}) too: "
+                                         "it follows the run's length, so the full run keeps the same schedule; "
+                                         "set it back to a literal if it is a fixed number"))
+    return out
 
 
 def guess_platform(source: Path) -> str:
