@@ -268,3 +268,52 @@ def test_a_parameter_one_side_lacks_is_named() -> None:
     assert diffs == ["the parameters differ: the reference optimizes 4 tensors, the run 5: 1 more of shape (32,) in "
                      "the run (run: ['params']['fc']['bias'], ['params']['ln']['scale'], ['params']['ln']['bias']; "
                      "reference: fc.bias, ln.weight)"]
+
+
+CLIP_CODE = textwrap.dedent("""
+    import sys, torch
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
+    opt = torch.optim.SGD(m.parameters(), lr=0.01)
+    x, y = torch.randn(256, 8), 5 * torch.randn(256, 1)   # norms of ~10: a clip at 0.5 binds at every step
+    for step in range(1, 41):
+        loss = (m(x) - y).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        if sys.argv[1] == "clip":
+            torch.nn.utils.clip_grad_norm_(m.parameters(), 0.5)
+        elif sys.argv[1] == "by_hand":   # what a port writes when its framework has no clip_grad_norm_
+            total = torch.sqrt(sum(p.grad.pow(2).sum() for p in m.parameters()))
+            for p in m.parameters():
+                p.grad.mul_(torch.clamp(0.5 / (total + 1e-6), max=1.0))
+        opt.step()
+        print(f"step {step} loss {loss.item():.5f}")
+""")
+
+
+@pytest.mark.slow
+def test_a_clip_written_by_hand_is_not_a_missing_clip(tmp_path) -> None:
+    """The probe sees torch's clip_grad_norm_ (or optax's transformation), not a hand-written clip. A port without
+    a visible clip is judged on the gradient norms its optimizer received: none above the reference's max_norm
+    while the reference's clip bound is the clip, written by hand; one above it is the clip missing."""
+    from ladder.checks import CheckContext, run_ladder
+    from ladder.migration.protocol import load_protocol
+    from test_l2_checks import _baseline
+
+    def record(mode: str) -> RunRecord:
+        p = _run(sys.executable, ["-c", CLIP_CODE, mode], tmp_path / mode)
+        return _record(p, tmp_path / mode / "probe")
+
+    def check(run: RunRecord, ref: RunRecord):
+        ctx = CheckContext(run=run, protocol=load_protocol(), baseline=_baseline(ref), expected_platform="cpu")
+        return next(c for c in run_ladder(ctx, up_to="L2").checks if c.name == "optimizer_unchanged")
+
+    ref = record("clip")
+    assert ref.probe["optimizers"][0]["clip"]["max_norm"] == 0.5
+    by_hand, missing = record("by_hand"), record("none")
+    assert by_hand.probe["optimizers"][0].get("clip") is None  # invisible as a transformation
+    ok = check(by_hand, ref)
+    assert ok.status == "passed" and "clipped by hand" in ok.evidence, ok.evidence
+    bad = check(missing, ref)
+    assert bad.status == "failed" and "gradient clipping (global norm) 0.5 -> none" in bad.evidence
+    assert "received gradient norms up to" in bad.evidence, bad.evidence

@@ -520,6 +520,42 @@ def optimizer_diff(mine: dict[str, Any], theirs: dict[str, Any], ignore: list[st
     return diffs
 
 
+CLIP_DIFF = "gradient clipping (global norm)"
+
+
+def _finite_column(probe: dict[str, Any], col: int) -> list[float]:
+    out = []
+    for p in ((probe.get("grad_norms") or {}).get("values") or []):
+        if len(p) > col and p[col] is not None:
+            try:
+                v = float(p[col])
+            except (TypeError, ValueError):
+                continue
+            if math.isfinite(v):
+                out.append(v)
+    return out
+
+
+def clipped_by_hand(run_probe: dict[str, Any], ref_probe: dict[str, Any], max_norm: float) -> tuple[bool | None, str]:
+    """A run whose optimizer shows no clipping where the reference clips at max_norm: does it clip by hand (a
+    `g * min(1, c / ||g||)` the probe cannot see as a transformation)? Judged on the gradient norms its optimizer
+    received: True when none exceeds max_norm while the reference's clip bound; False when one exceeds it;
+    None when these runs cannot tell (no norms recorded, or the reference's clip never bound)."""
+    received = _finite_column(run_probe, 1)
+    if not received:
+        return None, "the run recorded no gradient norms to tell"
+    top = max(received)
+    if top > max_norm * 1.001:
+        return False, f"its optimizer received gradient norms up to {top:.4g}, above {max_norm:g}"
+    bound = [v for v in _finite_column(ref_probe, 3) if v > max_norm * 1.0001]
+    if not bound:
+        return None, (f"the {len(received)} gradient norms its optimizer received stay below {max_norm:g} (max "
+                      f"{top:.4g}), and the reference's clip never bound: these runs cannot tell")
+    return True, (f"no clipping transformation seen in the run, but the {len(received)} gradient norms its optimizer "
+                  f"received never exceed {max_norm:g} (max {top:.4g}) where the reference's clip bound at "
+                  f"{len(bound)} recorded steps (pre-clip up to {max(bound):.4g}): clipped by hand")
+
+
 @register(L, "optimizer_unchanged")
 def optimizer_unchanged(ctx: CheckContext) -> CheckResult:
     name = "optimizer_unchanged"
@@ -537,6 +573,15 @@ def optimizer_unchanged(ctx: CheckContext) -> CheckResult:
                                     "a hand-written update is invisible to the probe")
     ignore = ctx.protocol.l2.optimizer_ignore
     diffs = optimizer_diff(mine[0], theirs[0], ignore)
+    clip_ref = (theirs[0].get("clip") or {}).get("max_norm")
+    notes: list[str] = []
+    if clip_ref is not None and (mine[0].get("clip") or {}).get("max_norm") is None:
+        by_hand, why = clipped_by_hand(probe, ref.probe, float(clip_ref))
+        if by_hand:  # the clip is there, written by hand: not a difference
+            diffs = [d for d in diffs if not d.startswith(CLIP_DIFF)]
+            notes.append(why)
+        else:
+            diffs = [f"{d} ({why})" if d.startswith(CLIP_DIFF) else d for d in diffs]
     changed = [c for c in mine[0].get("changes") or []]
     if changed and not (theirs[0].get("changes") or []):
         diffs.append(f"hyperparameters changed during the run at step {changed[0]['step']} (not in the baseline)")
@@ -546,9 +591,9 @@ def optimizer_unchanged(ctx: CheckContext) -> CheckResult:
                 "clip": mine[0].get("clip")}
     threshold = {"class": theirs[0].get("class"), "groups": len(theirs[0].get("param_groups") or []),
                  "clip": theirs[0].get("clip"), "ignore": ignore}
-    details = {"run": mine[0], "baseline": theirs[0], "diff": diffs}
+    details = {"run": mine[0], "baseline": theirs[0], "diff": diffs, "clip_by_hand": notes or None}
     if diffs:
         return _result(name, False, measured, threshold, "the optimisation changed: " + "; ".join(diffs), details)
     return _result(name, True, measured, threshold,
                    f"{mine[0].get('class')}: every parameter tensor has the reference's hyperparameters, weight decay "
-                   f"and clipping (ignoring {', '.join(ignore)})", details)
+                   f"and clipping (ignoring {', '.join(ignore)})" + "".join(f"; {n}" for n in notes), details)
