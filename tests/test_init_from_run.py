@@ -153,3 +153,21 @@ def test_a_step_flag_the_command_passes_is_templated_without_argparse(tmp_path: 
     assert spec.experiment.short_steps == 100 and spec.probe.seed  # no seed flag anywhere: the probe seeds
     record = execute_run(spec, "reference", "short", seed=0)
     assert record.exit_code == 0 and record.loss_curve[-1].step == 100 and record.metric is not None
+
+
+def test_only_the_side_without_a_seed_flag_is_seeded_by_the_probe(tmp_path: Path) -> None:
+    from ladder.migration.from_run import Side, render_spec
+    from ladder.migration.infer import infer_parse
+
+    ref = Side("reference", "{python} train.py --seed {seed} --steps {steps}", sys.executable, "cpu", tmp_path,
+               steps=100, wall_s=5.0, exit_code=0)
+    tgt = Side("target", "{python} jax_train.py --steps {steps}", sys.executable, "jax-cpu", tmp_path,
+               steps=100, wall_s=5.0, exit_code=0, probe_seed=True)
+    ref.parse = tgt.parse = infer_parse([f"step {i} loss {1 / i:.4f}" for i in range(1, 30)] + ["final mse 0.1"])
+    (tmp_path / "ladder.toml").write_text(render_spec("x", tmp_path, ref, tgt))
+    spec = load_spec(tmp_path / "ladder.toml")
+    assert not spec.probe.seed and spec.profile("target").probe_seed and spec.profile("reference").probe_seed is None
+    ref.probe_seed = True  # neither side has a flag: the shared [probe] seed
+    (tmp_path / "ladder.toml").write_text(render_spec("x", tmp_path, ref, tgt))
+    spec = load_spec(tmp_path / "ladder.toml")
+    assert spec.probe.seed and spec.profile("target").probe_seed is None

@@ -119,3 +119,35 @@ def test_cli_prints_warnings_once_and_goes_on(tmp_path: Path) -> None:
     assert p.returncode == 0, p.stderr
     lines = [x for x in p.stderr.splitlines() if x.startswith("warning:")]
     assert len(lines) == 1 and "parse.loss" in lines[0] and "Traceback" not in p.stderr
+
+
+def test_one_side_seeds_by_the_probe_while_the_other_takes_its_flag(tmp_path: Path) -> None:
+    """The reference passes --seed; the port's command has no seed flag (its program seeds from a constant):
+    probe_seed = true on the port's profile alone makes its seeds differ, and leaves the reference's flag alone."""
+    from ladder.migration.spec import spec_warnings
+    from ladder.runs.execute import execute_run
+
+    ws = workspace(tmp_path)
+    text = (ws / "ladder.toml").read_text()
+    port = '[profiles.target]\nshort = "{python} train.py --steps {steps}"\n'
+    (ws / "ladder.toml").write_text(text.replace("[profiles.target]\n", port, 1))
+    spec = _load_quiet(ws / "ladder.toml")
+    assert any(key == "profiles.target.short" for key, *_ in spec_warnings(spec))  # every seed the same program
+
+    def curve(spec, profile: str, seed: int) -> list[float]:
+        return [p.loss for p in execute_run(spec, profile, "short", seed=seed).loss_curve]
+
+    assert curve(spec, "target", 1) == curve(spec, "target", 2)  # without the probe's seeding: identical
+    (ws / "ladder.toml").write_text(text.replace("[profiles.target]\n", port + "probe_seed = true\n", 1))
+    spec = _load_quiet(ws / "ladder.toml")
+    assert not any(key == "profiles.target.short" for key, *_ in spec_warnings(spec))
+    assert spec.probe_options(spec.profile("target")).seed and not spec.probe_options(spec.profile("reference")).seed
+    assert curve(spec, "target", 1) != curve(spec, "target", 2)
+    # the reference's flag alone decides its seed: its seed 1 is the program's own --seed 1, run without ladder
+    import subprocess
+    import sys
+
+    bare = subprocess.run([sys.executable, "train.py", "--seed", "1", "--steps", "200"], cwd=ws, capture_output=True,
+                          text=True, env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}, check=True).stdout
+    losses = [float(line.split()[3]) for line in bare.splitlines() if line.startswith("step ")]
+    assert curve(spec, "reference", 1) == pytest.approx(losses, abs=1e-6)

@@ -448,8 +448,11 @@ def _comment_findings(side: Side) -> list[str]:
     return [line if len(line) <= 200 else line[:197] + "..." for line in out]
 
 
-def _profile_lines(side: Side, reference: Side | None, workspace: Path) -> list[str]:
+def _profile_lines(side: Side, reference: Side | None, workspace: Path, own_seed: bool = False) -> list[str]:
     lines = [f"[profiles.{side.name}]", f"platform = {_quoted(side.platform)}", f"python = {_quoted(side.python)}"]
+    if own_seed:
+        lines.append("probe_seed = true                  # no seed flag on this side (the other has one): ladder "
+                     "offsets the seeds it sets")
     if side.env:
         lines.append(f"env = {_toml(side.env)}")
     if side.prepare:
@@ -501,7 +504,8 @@ def render_spec(name: str, workspace: Path, reference: Side, target: Side | None
         reference.findings.append(Finding("full_steps", str(full), full_why, ok=False))
     minutes = max(1.0, round((reference.wall_s or 60.0) * 1.5 / 60.0, 1))
     parse = reference.parse.table()
-    probe_seed = reference.probe_seed or bool(target and target.probe_seed)
+    # [probe] seed for both sides when neither has a seed flag; else only the side without one seeds by the probe
+    probe_seed = reference.probe_seed and (target is None or target.probe_seed)
     head = ["# ladder.toml proposed by `ladder init --from-run` from real runs: review it, then",
             "#   ladder baseline --seeds 3   and   ladder run --on target" + (
                 f" --source {os.path.relpath(target.source, workspace)}" if target and
@@ -522,9 +526,9 @@ def render_spec(name: str, workspace: Path, reference: Side, target: Side | None
     if probe_seed:
         lines += ["", "[probe]", "seed = true                        # no seed flag: ladder offsets the seeds the "
                   "program sets, per run"]
-    lines += [""] + _profile_lines(reference, None, workspace) + [""]
+    lines += [""] + _profile_lines(reference, None, workspace, reference.probe_seed and not probe_seed) + [""]
     if target is not None:
-        lines += _profile_lines(target, reference, workspace)
+        lines += _profile_lines(target, reference, workspace, target.probe_seed and not probe_seed)
     else:
         lines += ["# The port's side: set its platform and python; give it its own short/full and",
                   "# [profiles.target.parse] if it takes other flags or prints other lines.",

@@ -183,6 +183,9 @@ class Profile(_Model):
     prepare_inputs: list[str] = Field(default_factory=list, description="glob patterns of the source files the "
                                       "prepare step depends on (default: every file): an edit elsewhere reuses it")
     prepare_timeout_minutes: float = Field(default=60, gt=0)
+    probe_seed: bool | None = Field(default=None, description="this side's own [probe] seed: true for a side that "
+                                    "seeds itself from constants while the other takes a seed flag (None: [probe] "
+                                    "seed)")
 
     @field_validator("platform")
     @classmethod
@@ -328,6 +331,12 @@ class Spec(_Model):
         changes = over.model_dump(exclude_unset=True, exclude={"metric_name", "direction"})
         return self.parse.model_copy(update={k: (v or None) if k == "eval" else v for k, v in changes.items()})
 
+    def probe_options(self, profile: Profile) -> ProbeSpec:
+        """The probe's options for a profile's runs: [probe], with the profile's own `probe_seed`."""
+        if profile.probe_seed is None:
+            return self.probe
+        return self.probe.model_copy(update={"seed": profile.probe_seed})
+
     def steps(self, kind: str) -> int:
         return self.experiment.short_steps if kind == "short" else self.experiment.full_steps
 
@@ -455,10 +464,11 @@ def spec_warnings(spec: Spec) -> list[tuple[str, object, str]]:
     for name, prof in spec.profiles.items():
         for kind in RUN_KINDS:
             key, cmd = _command_source(exp, prof.model_dump(), name, kind)
-            if isinstance(cmd, str) and "seed" not in _placeholders(cmd) and not spec.probe.seed:
+            if isinstance(cmd, str) and "seed" not in _placeholders(cmd) and not spec.probe_options(prof).seed:
                 out[key] = (key, cmd, "no {seed} in the command and [probe] seed is off: every seed runs the same "
                             "program, so the baseline's spread is zero (or the clock's): pass the seed with a flag, "
-                            "or set [probe] seed = true for a program that seeds itself from a constant")
+                            "or set [probe] seed = true (or the profile's probe_seed = true) for a program that seeds "
+                            "itself from a constant")
         if _is_cpu(prof) and "OMP_NUM_THREADS" not in prof.env:
             out[f"profiles.{name}.env"] = (f"profiles.{name}.env", prof.env, "OMP_NUM_THREADS is not set on a CPU "
                                            "profile: the run takes every core (and whatever this shell sets), which "
@@ -553,6 +563,7 @@ eval = 'eval step (?P<step>\\d+) items (?P<items>\\d+)'   # optional
 
 # [probe]
 # seed = true                    # the program has no seed flag: ladder offsets the seeds it sets itself
+#                                # (one side only: probe_seed = true in its [profiles.<name>])
 
 # Optional: tensor-level parity (L1 `parity`) and the port's weights loaded back (L3 `weights_load_back`).
 # [parity]

@@ -221,7 +221,7 @@ def execute_run(spec: Spec, profile_name: str, kind: str, seed: int = 0, source:
     writable = [run_dir] + ([root] if profile.workdir == "inplace" else [])
     from ladder.runs.integrity import allowed_roots
 
-    probe_opts = {**spec.probe.model_dump(), "roots": allowed_roots(read_only, writable)}
+    probe_opts = {**spec.probe_options(profile).model_dump(), "roots": allowed_roots(read_only, writable)}
     env.update(probe_env(run_dir / "probe", probe_opts, pythonpath=env.get("PYTHONPATH", "")))
     env.update(run_vars(str(run_dir), seed, slot))
     if prepared is not None:

@@ -90,7 +90,7 @@ def run_env(spec: Spec, profile: Profile, remote_dir: str, probe_dir: str, seed:
     env = dict(profile.env)
     env.update({k: os.environ[k] for k in profile.pass_env if k in os.environ})
     env.update({"PYTHONPATH": probe_dir, "LADDER_PROBE_DIR": f"{remote_dir}/probe",
-                "LADDER_PROBE_OPTS": json.dumps(spec.probe.model_dump(), sort_keys=True)})
+                "LADDER_PROBE_OPTS": json.dumps(spec.probe_options(profile).model_dump(), sort_keys=True)})
     env.update(run_vars(remote_dir, seed, slot))
     return env
 
