@@ -151,3 +151,25 @@ def test_one_side_seeds_by_the_probe_while_the_other_takes_its_flag(tmp_path: Pa
                           text=True, env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}, check=True).stdout
     losses = [float(line.split()[3]) for line in bare.splitlines() if line.startswith("step ")]
     assert curve(spec, "reference", 1) == pytest.approx(losses, abs=1e-6)
+
+
+def test_commands_take_integer_arithmetic_on_a_placeholder(tmp_path: Path) -> None:
+    """A port that must be told steps + 1 (or half the steps) says so in its command: {steps+1}, {steps//2}."""
+    from ladder._util.errors import LadderError
+    from ladder.runs.execute import execute_run
+
+    ws = workspace(tmp_path)
+    text = (ws / "ladder.toml").read_text()
+    port = '[profiles.target]\nshort = "{python} train.py --seed {seed} --steps {steps//2} {extra}"\n'
+    (ws / "ladder.toml").write_text(text.replace("[profiles.target]\n", port, 1))
+    spec = _load_quiet(ws / "ladder.toml")
+    record = execute_run(spec, "target", "short", seed=0)
+    assert "--steps 100 " in record.command + " " and record.loss_curve[-1].step == 100
+    # a name that does not exist is reported as any unknown placeholder; a non-integer var fails the fill
+    (ws / "ladder.toml").write_text(text.replace("[profiles.target]\n", port.replace("{steps//2}", "{stepz+1}"), 1))
+    with pytest.raises(SpecError) as e:
+        load_spec(ws / "ladder.toml")
+    assert "['stepz']" in str(e.value)
+    (ws / "ladder.toml").write_text(text.replace("[profiles.target]\n", port.replace("{steps//2}", "{extra+1}"), 1))
+    with pytest.raises(LadderError, match="extra is '', not an integer"):
+        execute_run(_load_quiet(ws / "ladder.toml"), "target", "short", seed=0)

@@ -107,7 +107,7 @@ class ParseOverride(_Patterns):
 
 class Experiment(_Model):
     short: str | None = Field(default=None, description="command of the short run; placeholders {python} {seed} "
-                              "{run_dir} {steps} and vars (a profile's own `short` replaces it)")
+                              "{run_dir} {steps} and vars, with integer arithmetic ({steps+1}); a profile's own `short` replaces it")
     full: str | None = None
     short_steps: int = Field(gt=0)
     full_steps: int = Field(gt=0)
@@ -344,11 +344,40 @@ class Spec(_Model):
         return self.experiment.expected_minutes_short if kind == "short" else self.experiment.expected_minutes_full
 
 
+ARITHMETIC = re.compile(r"^\s*(?P<name>[A-Za-z_]\w*)\s*(?P<op>\+|-|\*|//)\s*(?P<n>\d+)\s*$")
+
+
+class CommandFormatter(string.Formatter):
+    """str.format, plus integer arithmetic on one placeholder and a constant: {steps+1}, {steps//2}, {seed*100}
+    (a port that must run max_iters = steps + 1 to evaluate at the last step)."""
+
+    def get_field(self, field_name: str, args: Any, kwargs: Any) -> Any:
+        m = ARITHMETIC.match(field_name)
+        if m is None:
+            return super().get_field(field_name, args, kwargs)
+        raw = str(kwargs[m["name"]]).strip("'\"")
+        try:
+            value, n = int(raw), int(m["n"])
+        except ValueError:
+            raise ValueError(f"{{{field_name}}}: {m['name']} is {raw!r}, not an integer") from None
+        op = m["op"]
+        if op == "//" and n == 0:
+            raise ValueError(f"{{{field_name}}}: division by zero")
+        return {"+": value + n, "-": value - n, "*": value * n, "//": value // max(n, 1)}[op], field_name
+
+
+def fill_command(template: str, values: dict[str, str]) -> str:
+    """A command template with its placeholders filled (arithmetic included: CommandFormatter)."""
+    return CommandFormatter().vformat(template, (), values)
+
+
 def _placeholders(cmd: str) -> set[str]:
+    """The names a command uses ({steps+1} uses steps)."""
     try:
-        return {f for _, f, _, _ in string.Formatter().parse(cmd) if f}
+        fields = {f for _, f, _, _ in string.Formatter().parse(cmd) if f}
     except ValueError:
         return {"<unbalanced braces>"}
+    return {m["name"] if (m := ARITHMETIC.match(f)) else f for f in fields}
 
 
 def _semantic_problems(raw: dict[str, Any], base: Path) -> list[tuple[str, object, str]]:

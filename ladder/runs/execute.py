@@ -30,7 +30,7 @@ from ladder.runs.records import RunRecord
 from ladder.runs.runner import LineSink, RunRequest, get_runner
 from ladder.runs.runner.sandbox import resolve as resolve_sandbox
 from ladder.runs.runner.scrub import scrubbed_env
-from ladder.migration.spec import Profile, Spec, load_spec_protocol
+from ladder.migration.spec import Profile, Spec, fill_command, load_spec_protocol
 
 # (event, data): "env", "start", "loss", "end", "warning", and ladder.runs.envs's "env_*" while a setup builds;
 # execute_run adds the run's "profile", "kind" and "seed" to each, so that a display can say whose it is
@@ -111,7 +111,7 @@ def _command(spec: Spec, profile_name: str, kind: str, seed: int, python: str, r
     if prepared is not None:
         values["prepared"] = shlex.quote(str(prepared))
     try:
-        return (template or spec.command(kind, profile_name)).format(**values)
+        return fill_command(template or spec.command(kind, profile_name), values)
     except (KeyError, IndexError, ValueError) as e:
         raise LadderError(f"cannot fill the {kind} command's placeholders: {e}",
                           "define every {placeholder} in [experiment.vars] or the profile's vars")

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Callable
 
 from ladder._util.errors import LadderError
-from ladder.migration.spec import Profile, Spec
+from ladder.migration.spec import Profile, Spec, fill_command
 from ladder.runs.envs import cache_root
 
 READY = ".ladder-ready"
@@ -158,7 +158,7 @@ def _build(spec: Spec, profile_name: str, source: Path, python: str, entry: Path
     values = {**spec.experiment.vars, **profile.vars, "python": shlex.quote(python), "prepared": shlex.quote(str(work))}
     runner = get_runner(profile.runner)
     for i, template in enumerate(profile.prepare, 1):
-        command = template.format(**values)
+        command = fill_command(template, values)
         if progress:
             progress("env", {"message": f"prepare {profile_name} [{i}/{len(profile.prepare)}] {command}"})
         tail: collections.deque[str] = collections.deque(maxlen=30)
