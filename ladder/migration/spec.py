@@ -107,7 +107,8 @@ class ParseOverride(_Patterns):
 
 class Experiment(_Model):
     short: str | None = Field(default=None, description="command of the short run; placeholders {python} {seed} "
-                              "{run_dir} {steps} and vars, with integer arithmetic ({steps+1}); a profile's own `short` replaces it")
+                              "{run_dir} {steps} and vars, with integer arithmetic ({steps+1}); a profile's own "
+                              "`short` replaces it")
     full: str | None = None
     short_steps: int = Field(gt=0)
     full_steps: int = Field(gt=0)
