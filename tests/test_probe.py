@@ -239,6 +239,35 @@ def test_optax_grad_norms_are_the_input_of_the_outermost_transformation(tmp_path
     assert gn["source"] == "optax update (outermost transformation)" and gn["clip"]["max_norm"] == 1.0, gn
 
 
+
+@pytest.mark.slow
+@pytest.mark.jax
+def test_a_jax_that_hides_its_trace_is_named_as_unsupported_for_norms(tmp_path, jax_python) -> None:
+    # Older JAX (0.4.30) has no jax._src.core.unsafe_get_current_trace: the probe cannot tell the step's own
+    # trace, so it records no norms. The reason must say so, not blame a nested transformation.
+    code = textwrap.dedent("""
+        import jax, jax.numpy as jnp, optax
+        from jax._src import core
+        del core.unsafe_get_current_trace   # as on a JAX older than the probe supports
+        tx = optax.adam(0.1)
+        params = {"w": jnp.ones((4, 2))}
+        state = tx.init(params)
+        @jax.jit
+        def step(p, s, x):
+            g = jax.grad(lambda p: ((x @ p["w"]) ** 2).sum())(p)
+            u, s = tx.update(g, s, p)
+            return optax.apply_updates(p, u), s
+        for i in range(3):
+            params, state = step(params, state, jnp.ones((8, 4)))
+        print("done")
+    """)
+    p = _run(jax_python, code, tmp_path)
+    assert p.returncode == 0 and p.stdout.strip() == "done", p.stderr
+    gn = merge_reports(tmp_path / "probe")["grad_norms"] or {}
+    assert not gn.get("values"), gn
+    why = gn.get("why_missing") or ""
+    assert "does not tell the probe the current trace" in why and "nested" not in why, gn
+
 def test_grad_norms_thin_out_only_when_they_would_cost_more_than_the_budget(tmp_path) -> None:
     # A step of ~20 us (CPU, tiny model) cannot afford the norms at every step; a 20 ms step can. The fast run
     # is long so that the bound holds on a loaded machine too (there a step's wall time grows, and k with it

@@ -45,19 +45,21 @@ class Box:
     """What one trace of a wrapped function learns: whether the optimizer update ran inside it, and the
     norms it computed (tracers of this trace) to hand out as an extra output."""
 
-    __slots__ = ("trace", "update_seen", "aux", "nested", "owner")
+    __slots__ = ("trace", "update_seen", "aux", "nested", "owner", "no_trace")
 
     def __init__(self, owner) -> None:
         self.owner = owner
         self.update_seen = False
         self.aux = None
         self.nested = False
+        self.no_trace = None  # why this JAX cannot tell the current trace (older than unsafe_get_current_trace)
         try:
             from jax._src import core as jcore
 
             self.trace = jcore.unsafe_get_current_trace()
-        except Exception:
+        except Exception as e:
             self.trace = None
+            self.no_trace = f"{type(e).__name__}: {e}"[:200]
 
     def offer(self, aux) -> None:
         """The update's norms, if they belong to this trace (not to a transformation nested in it)."""
@@ -153,7 +155,12 @@ class Traced:
             rec["traces"] += 1
             if box.update_seen:
                 rec["train"] = True
-            if box.nested:
+            if box.nested and box.no_trace is not None:
+                if core.grad_norms.why_missing is None:
+                    version = getattr(sys.modules.get("jax"), "__version__", "?")
+                    core.grad_norms.why_missing = (f"this JAX ({version}) does not tell the probe the current trace "
+                                                   f"({box.no_trace}): gradient norms are not supported on it")
+            elif box.nested:
                 rec["nested"] = True
                 if core.grad_norms.why_missing is None:
                     core.grad_norms.why_missing = (f"the optimizer update of {rec['name']} is traced under a "
