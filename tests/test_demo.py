@@ -10,16 +10,18 @@ import pytest
 from helpers import ladder_cli
 from ladder.journal.store import Journal, verify_journal
 
-# attempt -> (declared, achieved on its last run, the checks that must have caught it)
+# attempt -> (declared, achieved on its last run, the checks that must have caught it). The faithful attempt
+# reaches L3; L4 on top is a race of step times between two programs on one shared CPU (same price per hour),
+# which either side can win on a loaded machine, so it may also stop at L4.
 EXPECTED = {
     "xla": {0: (None, None, {"L0/finished"}),
             1: ("L3", "L1", {"L2/cpu_fallback"}),
             2: ("L3", "L0", {"L1/loss_window"}),
-            3: ("L3", "L3", set())},
+            3: ("L3", {"L3", "L4"}, set())},
     "jax": {0: (None, None, {"L0/finished"}),
             1: ("L3", "L1", {"L2/recompilation"}),
             2: ("L3", "L0", {"L1/loss_window"}),
-            3: ("L3", "L3", set())},
+            3: ("L3", {"L3", "L4"}, set())},
 }
 
 
@@ -35,7 +37,8 @@ def test_demo_catches_every_planted_fault(tmp_path: Path, target: str, request) 
     assert sorted(attempts) == [0, 1, 2, 3]
     for n, (declared, achieved, caught) in EXPECTED[target].items():
         a = attempts[n]
-        assert (a["declared"], a["achieved"]) == (declared, achieved), (n, a)
+        assert a["declared"] == declared, (n, a)
+        assert a["achieved"] in achieved if isinstance(achieved, set) else a["achieved"] == achieved, (n, a)
         assert caught <= set(a["caught_by"]), (n, a["caught_by"])
     assert attempts[3]["full_run"] and out["status"]["finished"]
 
@@ -46,7 +49,7 @@ def test_demo_catches_every_planted_fault(tmp_path: Path, target: str, request) 
         assert (2, "L1/loss_window") in notes and (0, "L0/finished") in notes
         silent = [e.content["silent"] for e in j.entries("failure_note") if e.attempt == 2]
         assert silent and all(silent), "the label-smoothing fault finishes cleanly: its notes are silent"
-        assert j.last("stop").content["final_level"] == "L3"
+        assert j.last("stop").content["final_level"] == attempts[3]["achieved"]
         # each failed attempt's notes were answered by the next attempt's change, by appending
         fixes = {e.content["note_seq"]: e.content["fix"] for e in j.entries("note_fix")}
         for note in j.entries("failure_note"):
