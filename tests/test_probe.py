@@ -269,10 +269,10 @@ def test_a_jax_that_hides_its_trace_is_named_as_unsupported_for_norms(tmp_path, 
     assert "does not tell the probe the current trace" in why and "nested" not in why, gn
 
 def test_grad_norms_thin_out_only_when_they_would_cost_more_than_the_budget(tmp_path) -> None:
-    # A step of ~20 us (CPU, tiny model) cannot afford the norms at every step; a 50 ms step can (2% of it is
-    # 1 ms, which the norms of two small tensors stay under even on a loaded machine; 20 ms was not). The fast run
-    # is long so that the bound holds on a loaded machine too (there a step's wall time grows, and k with it
-    # shrinks: kept ~ steps / k stays far below half the steps).
+    # Computing the norms costs about as much as a tiny model's step: with a budget of 0.1% of the step time
+    # that step cannot afford them at every step (k ~ cost / (budget x step) is in the hundreds), while a
+    # 50 ms step with the default 2% (1 ms) can. The fast run's bound holds on a loaded machine too: a
+    # step's wall time there grows and k shrinks with it, but a 10x slower step still leaves k >= 2.
     code = textwrap.dedent("""
         import sys, time, torch
         m = torch.nn.Linear(64, 64)
@@ -284,10 +284,10 @@ def test_grad_norms_thin_out_only_when_they_would_cost_more_than_the_budget(tmp_
             if sys.argv[1] == "slow":
                 time.sleep(0.05)
     """)
-    for speed, steps in (("fast", 2000), ("slow", 200)):
+    for speed, steps, options in (("fast", 2000, {"grad_norm_budget": 0.001}), ("slow", 200, None)):
         (tmp_path / speed).mkdir()
         p = subprocess.run([sys.executable, "-c", code, speed, str(steps)], capture_output=True, text=True,
-                           cwd=tmp_path / speed, env={**os.environ, **probe_env(tmp_path / speed / "probe")},
+                           cwd=tmp_path / speed, env={**os.environ, **probe_env(tmp_path / speed / "probe", options)},
                            timeout=300)
         assert p.returncode == 0, p.stderr
     fast, slow = (_grad_norms(tmp_path / s) for s in ("fast", "slow"))

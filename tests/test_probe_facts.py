@@ -107,6 +107,8 @@ CODE_READS = textwrap.dedent("""
         loss = m(next(batches)).pow(2).mean()
         loss.backward(); opt.step(); opt.zero_grad()
         print(f"step {step} loss {loss.item():.5f}")
+        table = list(range(100))
+        rows = [table[i] for i in torch.randint(0, 100, (8,))]  # CPU elements as indices: input preparation
         if extra:
             float(loss)  # a second read every step
         if step % 20 == 0:
@@ -130,7 +132,8 @@ def test_torch_host_reads_per_step_with_evaluation_and_the_optimizer_apart(tmp_p
     assert r.eval_reads == 5 and r.after_training == 1 + 5
     proc = merge_reports(tmp_path / "a" / "probe")["processes"][0]
     assert proc["host_reads"]["internal"] > 0  # Adam's step.item() inside optimizer.step, set apart
-    assert proc["host_reads"]["data"] == 640  # one per item the loader indexed, set apart
+    # one per item the loader indexed and 8 a step for the CPU elements used as list indices, set apart
+    assert proc["host_reads"]["data"] == 640 + 40 * 8
     assert [(w["step"], w["batches"], w["items"]) for w in proc["eval_windows"]] == [(20, 5, 40), (40, 5, 40)]
     _run(sys.executable, [str(script), "--extra"], tmp_path / "b")
     assert read_rates(_record(None, tmp_path / "b" / "probe"))[0].per_step == pytest.approx(2.0)  # type: ignore[arg-type]

@@ -161,18 +161,19 @@ class HostReads:
     def reset(self) -> None:
         self.total = 0
         self.internal = 0  # inside optimizer.step (e.g. torch's Adam reads its step count)
-        self.data = 0  # inside a data loader's next batch (host-side indexing of CPU tensors)
+        self.data = 0  # input preparation: inside a data loader's next batch, or a CPU tensor used as an index
         self.ops: dict = {}
         self.by_step: dict = {}  # step -> [reads outside evaluation, reads inside]
         self.overflow = [0, 0]
 
-    def count(self, op: str) -> None:
+    def count(self, op: str, data: bool = False) -> None:
+        """One read; `data` marks input preparation wherever it happens (a CPU tensor used as an index)."""
         if is_quiet():
             return
         if clock.in_step:
             self.internal += 1
             return
-        if getattr(_loading, "depth", 0):
+        if data or getattr(_loading, "depth", 0):
             self.data += 1
             return
         self.total += 1

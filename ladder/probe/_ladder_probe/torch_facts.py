@@ -104,9 +104,18 @@ def _wrap_read(cls, name: str) -> None:
         return
     count = core.reads.count
 
-    def method(self, *a, **k):
-        count(name)
-        return orig(self, *a, **k)
+    if name == "__index__":
+        def method(self, *a, **k):
+            # A CPU tensor used as a Python index (`data[i:i + n] for i in torch.randint(...)`, nanoGPT's
+            # sampler) is input preparation: it moves no device value, and a port does the same with numpy.
+            # Counted apart as data, so that it does not raise the reference's rate (on a CPU reference it
+            # did, 48 reads a step). An accelerator tensor used as an index is a device read, as before.
+            count(name, data=bool(getattr(self, "is_cpu", False)))
+            return orig(self, *a, **k)
+    else:
+        def method(self, *a, **k):
+            count(name)
+            return orig(self, *a, **k)
 
     method.__name__ = getattr(orig, "__name__", name)
     method.__qualname__ = f"Tensor.{name}"
