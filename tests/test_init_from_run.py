@@ -171,3 +171,26 @@ def test_only_the_side_without_a_seed_flag_is_seeded_by_the_probe(tmp_path: Path
     (tmp_path / "ladder.toml").write_text(render_spec("x", tmp_path, ref, tgt))
     spec = load_spec(tmp_path / "ladder.toml")
     assert spec.probe.seed and spec.profile("target").probe_seed is None
+
+
+def test_a_program_without_a_step_flag_gets_the_length_it_logged(tmp_path: Path, monkeypatch) -> None:
+    # no flag sets the length (LucMc's jax_nn.py habit): a guess of 200/2000 steps would be a lie about the run
+    monkeypatch.setenv("LADDER_CACHE", str(tmp_path / "cache"))
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "train.py").write_text(
+        "import random\n"
+        "rng, w = random.Random(0), 3.0\n"
+        "for it in range(0, 351):\n"
+        "    x = rng.gauss(1.0, 0.1)\n"
+        "    w -= 0.05 * 2 * (w - x)\n"
+        "    if it % 50 == 0:\n"
+        "        print(f'step {it} loss {(w - x) ** 2:.6f}', flush=True)\n"
+        "print(f'final mse {(w - 1.0) ** 2:.6f}', flush=True)\n")
+    p = ladder_cli("init", "--from-run", "python train.py", "--source", "repo", "--python", sys.executable, "--json",
+                   cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    spec = load_spec(tmp_path / "ladder.toml")
+    assert (spec.experiment.short_steps, spec.experiment.full_steps) == (350, 350)
+    assert "# as logged: no step-count flag" in (tmp_path / "ladder.toml").read_text()
+    assert any(f["topic"] == "steps" and f["value"] == "350" and not f["ok"] for f in json.loads(p.stdout)["findings"])

@@ -58,6 +58,7 @@ class Side:
     findings: list[Finding] = field(default_factory=list)
     wall_s: float | None = None
     exit_code: int | None = None
+    logged_steps: int | None = None  # the last step its loss lines showed, when no flag sets the length
 
     @property
     def failed(self) -> bool:
@@ -368,7 +369,25 @@ def observe(side: Side, command: str, timeout_s: float = DEFAULT_TIMEOUT_S,
         side.findings.append(Finding("run", f"exit {record.exit_code}", f"the program failed: {tail}", ok=False))
     side.parse = infer_parse(lines)
     side.findings += side.parse.findings
+    if side.steps is None and not side.failed:
+        side.logged_steps = last_logged_step(side.parse.loss, lines)
     return side
+
+
+def last_logged_step(loss_pattern: str | None, lines: list[str]) -> int | None:
+    """The highest step the proposed loss pattern reads from the run's lines; None without one."""
+    if not loss_pattern:
+        return None
+    try:
+        rx = re.compile(loss_pattern)
+    except re.error:
+        return None
+    steps = []
+    for line in lines:
+        m = rx.search(line)
+        if m and "step" in rx.groupindex and (m.group("step") or "").isdigit():
+            steps.append(int(m.group("step")))
+    return max(steps) if steps else None
 
 
 def propose_target_command(reference_command: str, port: Path, client: Any | None = None,
@@ -498,9 +517,17 @@ def render_spec(name: str, workspace: Path, reference: Side, target: Side | None
     """The commented ladder.toml for the observed sides."""
     from ladder.migration.protocol import load_protocol
 
-    short = reference.steps or 200
-    full, full_why = full_run_steps(reference, short, load_protocol("ncsu").limits.max_full_run_hours)
-    if not full_why.startswith(("a guess", "the program's default")):
+    fixed = reference.steps is None and reference.logged_steps
+    short = reference.steps or reference.logged_steps or 200
+    if fixed:
+        # no flag sets the length: every run is the program's own, so a longer "full" run would be a lie
+        full, full_why = short, "the same run: no flag sets the run length"
+        reference.findings.append(Finding("steps", str(short), f"the run logged steps up to {short} and no flag sets "
+                                          "the length: short and full runs are both this run; add a step flag and "
+                                          "pass {steps} to shorten the short run", ok=False))
+    else:
+        full, full_why = full_run_steps(reference, short, load_protocol("ncsu").limits.max_full_run_hours)
+    if not full_why.startswith(("a guess", "the program's default", "the same run")):
         reference.findings.append(Finding("full_steps", str(full), full_why, ok=False))
     minutes = max(1.0, round((reference.wall_s or 60.0) * 1.5 / 60.0, 1))
     parse = reference.parse.table()
@@ -516,7 +543,8 @@ def render_spec(name: str, workspace: Path, reference: Side, target: Side | None
         "", f"name = {_quoted(name)}", f"source = {_quoted(os.path.relpath(reference.source, workspace))}",
         'protocol = "ncsu"', "", "[experiment]", f"short = {_quoted(reference.command)}",
         f"full = {_quoted(reference.command)}",
-        f"short_steps = {short}" + ("" if reference.steps else "                # a guess: no step-count flag"),
+        f"short_steps = {short}" + ("" if reference.steps else "                # " + (
+            "as logged: no step-count flag" if fixed else "a guess: no step-count flag")),
         f"full_steps = {full}" + ("" if full == reference.full_steps else f"                # {full_why[:120]}"),
         f"expected_minutes_short = {minutes}    # 1.5 x the observed run; the timeout is 10 x this",
         f"expected_minutes_full = {round(minutes * full / short, 1)}", "",
