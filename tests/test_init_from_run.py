@@ -124,12 +124,16 @@ def test_a_default_run_longer_than_the_full_run_bound_is_not_proposed(tmp_path: 
     assert any(f.topic == "full_steps" and not f.ok for f in side.findings)
 
 
+def _one_file_repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, train_py: str) -> None:
+    """tmp_path/repo/train.py, and ladder's environment cache inside tmp_path."""
+    monkeypatch.setenv("LADDER_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "repo").mkdir()
+    (tmp_path / "repo" / "train.py").write_text(train_py)
+
+
 def test_a_step_flag_the_command_passes_is_templated_without_argparse(tmp_path: Path, monkeypatch) -> None:
     # a dataclass-style config read from sys.argv: no --help, no argparse, no configurator.py (jax-gpt's habit)
-    monkeypatch.setenv("LADDER_CACHE", str(tmp_path / "cache"))
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    (repo / "train.py").write_text(
+    _one_file_repo(tmp_path, monkeypatch,
         "import random, sys\n"
         "cfg = {'max_iters': 5000, 'lr_decay_iters': 5000, 'lr': 0.05}\n"
         "for arg in sys.argv[1:]:\n"
@@ -175,10 +179,7 @@ def test_only_the_side_without_a_seed_flag_is_seeded_by_the_probe(tmp_path: Path
 
 def test_a_program_without_a_step_flag_gets_the_length_it_logged(tmp_path: Path, monkeypatch) -> None:
     # no flag sets the length (LucMc's jax_nn.py habit): a guess of 200/2000 steps would be a lie about the run
-    monkeypatch.setenv("LADDER_CACHE", str(tmp_path / "cache"))
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    (repo / "train.py").write_text(
+    _one_file_repo(tmp_path, monkeypatch,
         "import random\n"
         "rng, w = random.Random(0), 3.0\n"
         "for it in range(0, 351):\n"
