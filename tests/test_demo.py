@@ -25,6 +25,13 @@ EXPECTED = {
 }
 
 
+def assert_levels(n: int, attempt: dict, declared: str | None, achieved: str | set[str] | None) -> None:
+    """The attempt's declared level, and its achieved one (one of a set where a speed race decides)."""
+    assert attempt["declared"] == declared, (n, attempt)
+    ok = attempt["achieved"] in achieved if isinstance(achieved, set) else attempt["achieved"] == achieved
+    assert ok, (n, attempt)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("target", ["xla", "jax"])
 def test_demo_catches_every_planted_fault(tmp_path: Path, target: str, request) -> None:
@@ -37,8 +44,7 @@ def test_demo_catches_every_planted_fault(tmp_path: Path, target: str, request) 
     assert sorted(attempts) == [0, 1, 2, 3]
     for n, (declared, achieved, caught) in EXPECTED[target].items():
         a = attempts[n]
-        assert a["declared"] == declared, (n, a)
-        assert a["achieved"] in achieved if isinstance(achieved, set) else a["achieved"] == achieved, (n, a)
+        assert_levels(n, a, declared, achieved)
         assert caught <= set(a["caught_by"]), (n, a["caught_by"])
     assert attempts[3]["full_run"] and out["status"]["finished"]
 
