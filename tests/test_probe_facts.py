@@ -271,6 +271,12 @@ def test_a_parameter_one_side_lacks_is_named() -> None:
     assert diffs == ["the parameters differ: the reference optimizes 4 tensors, the run 5: 1 more of shape (32,) in "
                      "the run (run: ['params']['fc']['bias'], ['params']['ln']['scale'], ['params']['ln']['bias']; "
                      "reference: fc.bias, ln.weight)"]
+    # the same extra bias, and the embeddings no longer decayed: the tensors that match still compare
+    port = _optax_multi(False)
+    port["param_groups"][1]["tensors"] = port["param_groups"][1]["tensors"] + [["['params']['ln']['bias']", [32]]]
+    diffs = optimizer_diff(port, _torch_adamw(), ["lr", "initial_lr"])
+    assert len(diffs) == 2 and diffs[0].startswith("the parameters differ: the reference optimizes 4 tensors, the run 5")
+    assert "weight_decay 0.1 -> None" in diffs[1] and "wte.weight" in diffs[1] and "(32, 65)" in diffs[1]
 
 
 CLIP_CODE = textwrap.dedent("""
