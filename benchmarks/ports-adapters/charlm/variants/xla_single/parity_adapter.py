@@ -32,6 +32,8 @@ def _numpy(t: torch.Tensor) -> np.ndarray:
 
 
 def _device() -> torch.device:
+    if "xs" in train.__dict__:  # an SPMD port: SPMD mode before any tensor is on the device, as its main does
+        train.xr.use_spmd()
     return train.torch_xla.device() if XLA else torch.device("cpu")
 
 

@@ -64,6 +64,8 @@ def parity(weights: Mapping[str, np.ndarray] | None, batch: Mapping[str, np.ndar
            steps: int, seed: int) -> dict[str, Any]:
     if weights is None or batch is None:
         raise ValueError("the port is the target side: it takes the reference's weights and batch")
+    if "xs" in train.__dict__:  # an SPMD port: SPMD mode before any tensor is on the device, as its main does
+        train.xr.use_spmd()
     device = torch_xla.device()
     model = train.ConvNet(train.N_CLASSES, dropout=0.0)
     names = list(model.state_dict())
