@@ -102,10 +102,11 @@ def parity(weights: Mapping[str, np.ndarray] | None, batch: Mapping[str, np.ndar
 
     x = batch["x"].reshape(-1, *batch["x"].shape[2:])
     y = batch["y"].reshape(-1)
-    make_dataset, per_step = train.make_dataset, batch["x"].shape[1]
+    make_dataset, global_batches = train.make_dataset, train.global_batches
 
     def in_order(n: int, seed: int) -> Any:
-        yield from np.arange(n).reshape(-1, per_step)
+        shape = next(global_batches(n, seed)).shape  # the port's own index layout, e.g. (replicas, 32)
+        yield from np.arange(n).reshape(-1, *shape)
         raise _Enough  # every fixed batch has been trained on
 
     seen: dict[str, Any] = {}
@@ -113,6 +114,14 @@ def parity(weights: Mapping[str, np.ndarray] | None, batch: Mapping[str, np.ndar
     train.make_dataset = lambda: (x, y, *make_dataset()[2:])
     train.global_batches = in_order
     train.make_train_step = _recording(train.make_train_step, seen)
+    if hasattr(train, "clip_grad_norm"):  # a port that clips by hand before the optimizer: the raw gradient
+        clip = train.clip_grad_norm
+
+        def recording_clip(grads: Any, max_norm: float) -> Any:
+            jax.debug.callback(lambda g: seen.setdefault("raw", jax.tree.map(np.asarray, g)), grads)
+            return clip(grads, max_norm)
+
+        train.clip_grad_norm = recording_clip
     try:
         train.main(["--seed", str(seed), "--steps", "200"])
     except _Enough:
@@ -120,5 +129,5 @@ def parity(weights: Mapping[str, np.ndarray] | None, batch: Mapping[str, np.ndar
     jax.effects_barrier()
     loss = np.asarray(seen["loss"]).reshape(-1)[0]
     replicated = np.asarray(seen["params"]["head"]["bias"]).ndim == 2
-    return {"outputs": outputs, "loss": float(loss), "grads": _to_torch(seen["grads"], False),
+    return {"outputs": outputs, "loss": float(loss), "grads": _to_torch(seen.get("raw", seen["grads"]), False),
             "params": _to_torch(seen["params"], replicated), "transplant": transplant}
