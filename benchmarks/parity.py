@@ -255,6 +255,10 @@ def main() -> None:
     if not args.example and not (args.corpus and args.adapters):
         ap.error("pass --example, or --corpus DIR --adapters DIR")
     t0 = time.time()
+    # the commit the run started from (the adapters are copied at the start; a commit made while it runs is not
+    # in it), and whether the tree had uncommitted changes then
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
+    dirty = bool(subprocess.run(["git", "status", "--porcelain"], capture_output=True, text=True, cwd=ROOT).stdout.strip())
     programs = ([example_cases(args.work)] if args.example else []) + (
         corpus_cases(args.corpus, args.adapters, args.work) if args.corpus else [])
     only = {x for x in args.only.split(",") if x}
@@ -266,8 +270,7 @@ def main() -> None:
         print(f"{cases[0].program if cases else reference}: {len(cases)} ports", flush=True)
         outcomes += run_program(args.work, reference, parse, cases, args.tolerance)
     s = summary(outcomes, curve_verdicts(args.detection))
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
-    args.out.write_text(json.dumps({"commit": commit, "wall_s": round(time.time() - t0, 1), "summary": s,
+    args.out.write_text(json.dumps({"commit": commit, "dirty": dirty, "wall_s": round(time.time() - t0, 1), "summary": s,
                                     "outcomes": [asdict(o) for o in outcomes]}, indent=1))
     print(f"wall {(time.time() - t0) / 60:.1f} min; written {args.out}")
 
