@@ -74,7 +74,7 @@ def main() -> None:
             held[(toml_path.parent.name, v["name"])] = v.get("held_out", False)
 
     for program in dict.fromkeys(o["program"] for o in outcomes):
-        print(f"\n#### {program} (run at {commits[program]})\n")
+        print(f"\n#### {program} (results file's commit {commits[program]})\n")
         print("| variant | kind | stack | held_out | parity | first tensor that differs | magnitude | port side (s) "
               "| curves |")
         print("|---|---|---|---|---|---|---|---|---|")
@@ -83,7 +83,7 @@ def main() -> None:
             wall = "" if o["wall_s"] is None else f"{o['wall_s']:.1f}"
             kind = o["kind"] + (f" ({scope(program, o['variant'])})" if o["kind"] == "fault" else "")
             print(f"| {o['variant']} | {kind} | {o['stack']} | {'yes' if held[(program, o['variant'])] else 'no'} "
-                  f"| {verdict} | {o['first'] or ''} | {o['magnitude'] or ''} | {wall} | {o['curves'] or '-'} |")
+                  f"| {verdict} | {o['first'] or ''} | {(o['magnitude'] or '').replace('|', chr(92) + '|')} | {wall} | {o['curves'] or '-'} |")
 
     judged = [o for o in outcomes if o["flagged"] is not None]
     faults = [o for o in judged if o["kind"] == "fault"]
