@@ -5,7 +5,9 @@ process the adapter only swaps: train.ConvNet returns a model holding the given 
 train.make_dataset returns the fixed global batches as the training set, and the train sampler hands rank
 r its half of each (rank 0's 32 items first, as the global batch is laid out), and the run stops after
 `steps` optimizer steps. The loss (averaged over the ranks: the global-batch mean), the DDP-averaged
-gradient, clipping, Adam and the schedule are the side's own. The reference side first runs the workers
+gradient, clipping, Adam and the schedule are the side's own. The gradient is read where the side's clip
+receives it (after anything the side does to it between backward() and the clip, as the JAX adapters read
+it at the optimizer's input), or after backward() when the side does not clip. The reference side first runs the workers
 unchanged for `steps` steps to draw its initial weights (rank 0's) and its first global batches.
 """
 
@@ -115,13 +117,23 @@ def _child(rank: int, port: int, steps: int, seed: int, inputs: Any, out: str) -
         if count[0] >= steps:
             raise _Enough
 
+    clip = torch.nn.utils.clip_grad_norm_
+
+    def clipping(parameters: Any, *a: Any, **k: Any) -> Any:
+        if "model" in rec and not rec.get("grads_at_clip"):
+            rec["grads"] = {n: _numpy(p.grad) for n, p in rec["model"].named_parameters()}
+            rec["grads_at_clip"] = True
+        return clip(parameters, *a, **k)
+
     torch.Tensor.backward = recording  # type: ignore[method-assign]
+    torch.nn.utils.clip_grad_norm_ = clipping
     handle = register_optimizer_step_post_hook(stop)
     try:
         train.worker(rank, port, train.parse_args(["--seed", str(seed), "--steps", "200"]))
     except _Enough:
         train.dist.destroy_process_group()
     handle.remove()
+    rec.pop("grads_at_clip", None)
     if "model" in rec:
         rec["params"] = {n: _numpy(v) for n, v in rec.pop("model").state_dict().items()}
     with open(os.path.join(out, f"{rank}.pkl"), "wb") as f:
