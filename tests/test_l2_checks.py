@@ -250,6 +250,21 @@ def test_clean_jax_run_passes_l2_against_the_torch_reference(runs, jax_python, r
 
 @pytest.mark.slow
 @pytest.mark.jax
+def test_a_jax_guard_that_drops_bad_batches_is_caught(runs, jax_python, reference) -> None:
+    # the guard is jnp.where(ok, new, old) inside the jitted step: no optimizer hook sees the dropped updates,
+    # and the logged loss stays finite; the parameters the optimizer receives repeat, bit for bit
+    run = runs(jax_python, "jax_train.py", "--fault", "skip_bad")
+    c = l2(run, "jax-cpu", reference)["numerics"]
+    # 17 of the 40 batches hold an outlier; the last one's drop has no next step to show it
+    assert c.status == "failed" and "16 of 39 optimizer steps left the parameters bit for bit unchanged" in c.evidence, \
+        c.evidence
+    assert "first at step 3" in c.evidence
+    clean = l2(runs(jax_python, "jax_train.py"), "jax-cpu", reference)["numerics"]
+    assert clean.status == "passed" and clean.measured["frozen_updates"] == 0, clean.evidence
+
+
+@pytest.mark.slow
+@pytest.mark.jax
 def test_jax_on_cpu_when_tpu_expected_fails_platform(runs, jax_python, reference) -> None:
     run = runs(jax_python, "jax_train.py")
     c = l2(run, "jax-tpu", reference)["platform"]

@@ -264,6 +264,34 @@ def host_syncs(ctx: CheckContext) -> CheckResult:
 
 # ---------------------------------------------------------------- numerics
 
+FROZEN_MIN = 3  # frozen updates beyond the reference's before a port is said to skip steps
+FROZEN_MARGIN = 0.02  # ... and beyond the reference's share of judged steps by this much
+
+
+def frozen_updates(probe: dict[str, Any] | None) -> tuple[int, int, int | None]:
+    """Optimizer steps after which the parameters were bit for bit what they were before, though the gradient
+    was not zero: the update was dropped (a bad-batch or non-finite guard written inside the step, as in
+    `jnp.where(ok, new, old)`, which no optimizer hook sees). Read off the recorded norms: the parameter norm
+    the optimizer received at step s + 1 equals the one at step s. Returns (frozen, judged pairs of
+    consecutive recorded steps, first frozen step); norms thinned to every k-th step give no pairs."""
+    values = ((probe or {}).get("grad_norms") or {}).get("values") or []
+    frozen = judged = 0
+    first = None
+    for a, b in zip(values, values[1:]):
+        try:
+            step_a, step_b = int(a[0]), int(b[0])
+            g, p0, p1 = float(a[1]), float(a[2]), float(b[2])
+        except (TypeError, ValueError, IndexError):
+            continue
+        if step_b != step_a + 1 or not all(math.isfinite(x) for x in (g, p0, p1)):
+            continue
+        judged += 1
+        if p1 == p0 and g > 0:
+            frozen += 1
+            first = step_a if first is None else first
+    return frozen, judged, first
+
+
 @register(L, "numerics")
 def numerics(ctx: CheckContext) -> CheckResult:
     name = "numerics"
@@ -293,8 +321,17 @@ def numerics(ctx: CheckContext) -> CheckResult:
     if skipped > ref_skipped:
         problems.append(f"{skipped} optimizer steps skipped for non-finite gradients (GradScaler), the reference "
                         f"skipped {ref_skipped}")
+    frozen, judged, first_frozen = frozen_updates(probe)
+    ref_frozen, ref_judged, _ = frozen_updates(ref.probe if ref else None)
+    ref_share = ref_frozen / ref_judged if ref_judged else 0.0
+    if judged and frozen >= ref_frozen + FROZEN_MIN and frozen / judged > ref_share + FROZEN_MARGIN:
+        ref_desc = (f"the reference {ref_frozen} of {ref_judged}" if ref_judged else
+                    "the reference recorded no consecutive steps to compare (its norms were thinned)")
+        problems.append(f"{frozen} of {judged} optimizer steps left the parameters bit for bit unchanged with a "
+                        f"non-zero gradient, first at step {first_frozen}: updates dropped silently (a guard that "
+                        f"skips bad batches or non-finite steps inside the step?); {ref_desc}")
     measured = {"nonfinite_losses": len(bad_loss), "nonfinite_params": len(bad_params),
-                "nonfinite_grad_norms": len(bad_grads), "skipped_steps": skipped}
+                "nonfinite_grad_norms": len(bad_grads), "skipped_steps": skipped, "frozen_updates": frozen}
     if problems:
         return _result(name, False, measured, 0, "; ".join(problems))
     why = _unfinished(run)
@@ -306,7 +343,9 @@ def numerics(ctx: CheckContext) -> CheckResult:
         ["parameters"] if probe.get("nonfinite_params") is not None and any(
             (p.get("options") or {}).get("param_nonfinite") for p in probe.get("processes", [])) else [])
     return _result(name, True, measured, 0, f"all {run.loss_lines or len(run.loss_curve)} logged {', '.join(checked)} "
-                                            f"finite; {skipped} skipped steps (reference {ref_skipped})")
+                                            f"finite; {skipped} skipped steps (reference {ref_skipped})"
+                                            + (f"; {frozen} of {judged} updates left the parameters unchanged "
+                                               f"(reference {ref_frozen} of {ref_judged})" if judged else ""))
 
 
 # ---------------------------------------------------------------- evaluation complete

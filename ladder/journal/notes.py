@@ -200,6 +200,11 @@ def _host_syncs(c: CheckResult, run: RunRecord) -> str:
 
 
 def _numerics(c: CheckResult, run: RunRecord) -> str:
+    m = c.measured if isinstance(c.measured, dict) else {}
+    if m.get("frozen_updates") and not any(m.get(k) for k in ("nonfinite_losses", "nonfinite_params",
+                                                              "nonfinite_grad_norms", "skipped_steps")):
+        return (f"updates dropped: {c.evidence}; the training saw fewer batches than the reference, which "
+                "the logged loss does not show")
     return f"non-finite values: {c.evidence}; an overflow (e.g. lower precision on the device) or a masked NaN step"
 
 
