@@ -195,3 +195,12 @@ def test_a_program_without_a_step_flag_gets_the_length_it_logged(tmp_path: Path,
     assert (spec.experiment.short_steps, spec.experiment.full_steps) == (350, 350)
     assert "# as logged: no step-count flag" in (tmp_path / "ladder.toml").read_text()
     assert any(f["topic"] == "steps" and f["value"] == "350" and not f["ok"] for f in json.loads(p.stdout)["findings"])
+
+
+def test_the_logged_length_of_an_epoch_and_batch_log_is_its_global_step() -> None:
+    from ladder.migration.from_run import last_logged_step
+    from ladder.migration.infer import infer_parse
+
+    lines = [f"Epoch {e}/3 [batch {b}/10] loss: {1 / (e * 10 + b):.4f}" for e in range(1, 4) for b in range(1, 11)]
+    lines.append("test accuracy 0.91")
+    assert last_logged_step(infer_parse(lines), lines) == 30

@@ -370,24 +370,25 @@ def observe(side: Side, command: str, timeout_s: float = DEFAULT_TIMEOUT_S,
     side.parse = infer_parse(lines)
     side.findings += side.parse.findings
     if side.steps is None and not side.failed:
-        side.logged_steps = last_logged_step(side.parse.loss, lines)
+        side.logged_steps = last_logged_step(side.parse, lines)
     return side
 
 
-def last_logged_step(loss_pattern: str | None, lines: list[str]) -> int | None:
-    """The highest step the proposed loss pattern reads from the run's lines; None without one."""
-    if not loss_pattern:
-        return None
+def last_logged_step(proposal: ParseProposal, lines: list[str]) -> int | None:
+    """The step of the last loss line the proposed parse table reads from the run's lines, as a run's parser
+    reads it (a `step` group, or epoch and batch); None when the proposal is not a usable table."""
+    from pydantic import ValidationError
+
+    from ladder.migration.spec import ParseSpec
+    from ladder.runs.parse import OutputParser
+
     try:
-        rx = re.compile(loss_pattern)
-    except re.error:
+        parser = OutputParser(ParseSpec.model_validate(proposal.table()))
+    except (ValidationError, re.error):
         return None
-    steps = []
     for line in lines:
-        m = rx.search(line)
-        if m and "step" in rx.groupindex and (m.group("step") or "").isdigit():
-            steps.append(int(m.group("step")))
-    return max(steps) if steps else None
+        parser.feed(line, 0.0)
+    return parser.last_step
 
 
 def propose_target_command(reference_command: str, port: Path, client: Any | None = None,
