@@ -123,6 +123,17 @@ def test_pass_env_allowlist_lets_a_variable_through(tmp_path: Path) -> None:
     assert "env HF_TOKEN=hf_allowed" in rec.first_lines
 
 
+def test_a_relative_pythonpath_is_the_directory_ladder_was_started_in(tmp_path: Path) -> None:
+    # `PYTHONPATH=. ladder run ...` meant the caller's directory; the sandbox must mount it as such (a bare "."
+    # handed to bubblewrap failed the run before it started) and the run must find modules there
+    ws = workspace(tmp_path)
+    set_var(ws, "extra", "--print-env PYTHONPATH --steps 10")
+    _, rec = _run(ws, env={"PYTHONPATH": "."})
+    assert rec.exit_code == 0, rec.last_lines
+    printed = next(line for line in rec.first_lines if line.startswith("env PYTHONPATH="))
+    assert str(ws.absolute()) in printed.split("=", 1)[1].split(":"), printed
+
+
 def test_pattern_that_matches_nothing_shows_the_first_lines(tmp_path: Path) -> None:
     ws = workspace(tmp_path)
     text = (ws / "ladder.toml").read_text().replace("^step (?P<step>", "^STEP (?P<step>")

@@ -196,6 +196,25 @@ def test_grad_norm_curve_flags_a_gradient_fault_the_loss_hides() -> None:
     assert v.passed is False and "non-finite gradient norm at step 41" in v.summary
 
 
+def test_grad_norms_thinned_under_other_loads_are_judged_on_the_steps_all_of_them_sampled() -> None:
+    # The probe thins the norms to the multiples of a power of two that its budget allows: a loaded run keeps
+    # every 32nd step, an idle one every 16th. Judged on the steps all of them kept (real samples, not
+    # interpolations of a noisy series between them), another seed of the same process passes.
+    rng = np.random.default_rng(8)
+
+    def thinned(run: RunRecord, k: int) -> RunRecord:
+        norms = _grad_curve(rng, 640)
+        vals = [[s, float(norms[s - 1])] for s in range(1, 641) if s % k == 0]
+        return run.model_copy(update={"probe": {"grad_norms": {"source": "torch optimizer.step", "values": vals}}})
+
+    base = [thinned(s, k) for s, k in zip(seeds(), (16, 32, 16, 16, 32))]
+    loss = np.mean([[p.loss for p in s.loss_curve] for s in base], axis=0)
+    v = calibrated_curve(thinned(record(loss, 0.80, seed=99), 32), base, PROTOCOL)
+    steps = v.details["grad_norm"]["band"]["steps"]
+    assert steps and all(s % 32 == 0 for s in steps), steps
+    assert v.details["grad_norm"]["passed"] is True, v.explain()
+
+
 def test_grad_norms_missing_on_either_side_leave_the_loss_curve_to_decide() -> None:
     rng = np.random.default_rng(6)
     plain = seeds()

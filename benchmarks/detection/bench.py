@@ -210,6 +210,29 @@ def judge_trial(short: RunRecord, full: RunRecord, pool_short: list[RunRecord], 
     return Verdict(bool(failed), undecided, failed, extra)
 
 
+def load_parity(paths: list[Path]) -> dict[tuple[str, str], dict[str, Any]]:
+    """(program, variant) -> benchmarks/parity.py's outcome (flagged, first tensor that differs)."""
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+    for p in paths:
+        for o in json.loads(p.read_text())["outcomes"]:
+            out[(o["program"], o["variant"])] = o
+    return out
+
+
+def join_parity(t: dict[str, Any], outcome: dict[str, Any] | None) -> None:
+    """The rule 'ladder + parity': ladder's verdict with the L1 parity check (K steps on the reference's weights
+    and batches) joined; a variant parity did not run keeps ladder's verdict and is counted in `parity_missing`.
+    The reference against itself is parity's identity: never flagged by it."""
+    lad = t["ladder"]
+    flagged = bool(outcome and outcome.get("flagged")) and t["variant"] != "reference"
+    failed = lad["failed"] + ([f"parity:L1/parity:failed ({outcome.get('first', '')})"] if flagged else [])
+    t["parity"] = None if outcome is None and t["variant"] != "reference" else {
+        "flagged": flagged, "first": (outcome or {}).get("first", "")}
+    t["ladder_parity"] = {**lad, "flagged": lad["flagged"] or flagged, "failed": failed,
+                          "right_check": lad["right_check"] or (flagged and caught_by_expected(
+                              Verdict(True, False, ["parity:L1/parity:failed"]), t["expect"]))}
+
+
 def caught_by_expected(v: Verdict, expect: list[str]) -> bool:
     names = [f.split(":")[1] for f in v.failed if f.endswith(":failed")]
     return any(n == e or n.startswith(e + "/") for n in names for e in expect)
@@ -245,10 +268,19 @@ def main() -> None:
     ap.add_argument("--baseline-short", type=int, default=10)
     ap.add_argument("--baseline-full", type=int, default=6)
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--round", type=int, default=1,
+                    help="the corpus's round (a variant's `round`, 1 when absent): each round's held-out half is "
+                         "written before any judged run and judged once")
+    ap.add_argument("--parity", type=Path, action="append", default=[],
+                    help="benchmarks/parity.py results for these variants: adds the rule 'ladder + parity' (the "
+                         "L1 parity check joined to the same verdicts, as the supervisor runs it when the spec "
+                         "has a [parity] table)")
     ap.add_argument("--reuse", action="store_true", help="judge the stored runs again; run nothing")
-    ap.add_argument("--out", type=Path, default=None, help="default: benchmarks/detection/results-<set>.json")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="default: benchmarks/detection/results-<set>[-r<round>].json")
     args = ap.parse_args()
-    args.out = args.out or HERE / f"results-{args.set}.json"
+    args.out = args.out or HERE / f"results-{args.set}{'' if args.round == 1 else f'-r{args.round}'}.json"
+    parity = load_parity(args.parity)
     t_start = time.time()
     programs = sorted(p.parent for p in CORPUS.glob("*/corpus.toml"))
     if args.programs:
@@ -256,7 +288,8 @@ def main() -> None:
     trials: list[dict[str, Any]] = []
     for pdir in programs:
         program = tomllib.loads((pdir / "corpus.toml").read_text())
-        variants = [v for v in program["variant"] if args.set == "all" or v.get("held_out", False) == (args.set == "held_out")]
+        variants = [v for v in program["variant"] if v.get("round", 1) == args.round and
+                    (args.set == "all" or v.get("held_out", False) == (args.set == "held_out"))]
         ws = args.work / pdir.name
         ws.mkdir(parents=True, exist_ok=True)
         if not (ws / "reference").exists():
@@ -287,6 +320,7 @@ def main() -> None:
                     continue
                 platform = PLATFORM[v["stack"]]
                 t = {"program": pdir.name, "variant": v["name"], "kind": v["kind"], "held_out": v.get("held_out"),
+                     "round": v.get("round", 1),
                      "stack": v["stack"], "seed": s, "expect": v.get("expect", []), "what": v.get("what", ""),
                      "metric": {"short": short.metric, "full": full.metric}}
                 for rule in ("ladder", "fixed"):
@@ -294,6 +328,8 @@ def main() -> None:
                     t[rule] = {"flagged": verdict.flagged, "undecided": verdict.undecided, "failed": verdict.failed,
                                "extra_seeds": verdict.extra_seeds,
                                "right_check": caught_by_expected(verdict, v.get("expect", []))}
+                if parity:
+                    join_parity(t, parity.get((pdir.name, v["name"])))
                 trials.append(t)
     report(trials, args, time.time() - t_start)
 
@@ -317,8 +353,10 @@ def _summ(trials: list[dict[str, Any]], rule: str) -> dict[str, Any]:
 
 def report(trials: list[dict[str, Any]], args, wall: float) -> None:
     print()
-    print("| program | variant | kind | stack | set | ladder (failed checks) | fixed rule + L2 |")
-    print("|---|---|---|---|---|---|---|")
+    with_parity = any("ladder_parity" in t for t in trials)
+    print("| program | variant | kind | stack | set | ladder (failed checks) | fixed rule + L2 |"
+          + (" parity (first tensor that differs) |" if with_parity else ""))
+    print("|---|---|---|---|---|---|---|" + ("---|" if with_parity else ""))
     rows: dict[tuple, list] = {}
     for t in trials:
         rows.setdefault((t["program"], t["variant"]), []).append(t)
@@ -328,10 +366,22 @@ def report(trials: list[dict[str, Any]], args, wall: float) -> None:
                           + "; ".join(sorted({f.rsplit(':', 1)[0] + (' (undecided)' if f.endswith('undecided') else '')
                                               for t in ts for f in t[r]["failed"]}))[:160])
         s = "ref" if t0["held_out"] is None else ("held out" if t0["held_out"] else "dev")
-        print(f"| {prog} | {var} | {t0['kind']} | {t0['stack']} | {s} | {cell('ladder')} | {cell('fixed')} |")
+        s += f" r{t0['round']}" if t0.get("round", 1) != 1 else ""
+        par = ""
+        if with_parity:
+            p0 = t0.get("parity")
+            par = (" - |" if p0 is None else f" {'flagged' if p0['flagged'] else 'passed'}"
+                   f"{' (' + p0['first'] + ')' if p0['flagged'] and p0['first'] else ''} |")
+        print(f"| {prog} | {var} | {t0['kind']} | {t0['stack']} | {s} | {cell('ladder')} | {cell('fixed')} |{par}")
     print()
     summary = {}
-    for rule, label in (("ladder", "ladder (calibrated + L2)"), ("fixed", "fixed rule + L2")):
+    rules = [("ladder", "ladder (calibrated + L2)"), ("fixed", "fixed rule + L2")]
+    if any("ladder_parity" in t for t in trials):
+        rules.append(("ladder_parity", "ladder + parity (L1 parity joined)"))
+        missing = sorted({f"{t['program']}/{t['variant']}" for t in trials if "ladder_parity" in t and t["parity"] is None})
+        if missing:
+            print(f"- parity did not run on {len(missing)} variants (their ladder verdict stands): {', '.join(missing)}")
+    for rule, label in rules:
         s = _summ(trials, rule)
         summary[rule] = s
         print(f"- {label}: false alarm on faithful/benign ports {rate(*s['false_alarm'][:2])}; the reference's other "
@@ -344,7 +394,7 @@ def report(trials: list[dict[str, Any]], args, wall: float) -> None:
     dirty = bool(subprocess.run(["git", "status", "--porcelain", "--", "ladder", "protocols", "benchmarks/ports"],
                                 capture_output=True, text=True, cwd=ROOT).stdout.strip())
     out = {"commit": commit, "dirty": dirty, "date": datetime.datetime.now().isoformat(timespec="seconds"),
-           "set": args.set, "trials_per_variant": args.trials, "baseline": [args.baseline_short, args.baseline_full],
+           "set": args.set, "round": args.round, "trials_per_variant": args.trials, "baseline": [args.baseline_short, args.baseline_full],
            "wall_s": round(wall, 1), "summary": summary, "trials": trials}
     args.out.write_text(json.dumps(out, indent=1))
     print(f"\nwall {wall / 60:.1f} min; commit {commit[:10]}{' (dirty)' if dirty else ''}; written {args.out}")

@@ -429,12 +429,22 @@ def blocks_for(points: int, rules: "CalibratedRules") -> int:
 
 def _judge_curve(mine_xy: tuple, seeds_xy: list[tuple], rules: "CalibratedRules", floor_rel: float, n_tests: int,
                  margin_rel: float = 0.0, skip_fraction: float = 0.0, require_complete: bool = True,
-                 borrowed_rel: float | None = None, borrowed_seeds: int = 0) -> _CurveJudgement | str:
+                 borrowed_rel: float | None = None, borrowed_seeds: int = 0,
+                 shared_grid: bool = False) -> _CurveJudgement | str:
     """Block-by-block verdict of one curve against the seeds' curves; a reason string when it cannot judge.
     A curve is (steps, values) or (steps, values, excluded-mask). skip_fraction: the first part of the
     seeds' steps is not judged. require_complete: a curve that ends (or starts) more than one sampling gap
-    from the seeds' fails. borrowed_rel: judge against one or two seeds with this relative sd per block."""
+    from the seeds' fails. borrowed_rel: judge against one or two seeds with this relative sd per block.
+    shared_grid: judge on the steps every curve sampled, when they are most of the sparsest curve's (a
+    series thinned to every k-th step under load: its samples, not interpolations between them)."""
     base_grid = seeds_xy[0][0]
+    if shared_grid:
+        common = base_grid
+        for xy in [mine_xy, *seeds_xy[1:]]:
+            common = np.intersect1d(common, xy[0])
+        sparsest = min(len(xy[0]) for xy in [mine_xy, *seeds_xy])
+        if len(common) >= 2 * MIN_POINTS_PER_BLOCK and len(common) >= 0.5 * sparsest:
+            base_grid = common
     start = base_grid[0] + skip_fraction * (base_grid[-1] - base_grid[0])
     lo = max([s[0][0] for s in seeds_xy] + [mine_xy[0][0], start])
     hi = min([s[0][-1] for s in seeds_xy] + [mine_xy[0][-1]])
@@ -506,7 +516,8 @@ def _grad_norm_part(run: RunRecord, seeds: list[RunRecord], rules: "CalibratedRu
     # early is the loss curve's to judge.
     return _judge_curve(mine, theirs, rules, rules.curve_floor_rel, n_tests, margin_rel=rules.grad_norm_margin_rel,
                         skip_fraction=rules.grad_norm_skip_fraction, require_complete=False,
-                        borrowed_rel=borrowed[0] if borrowed else None, borrowed_seeds=borrowed[1] if borrowed else 0)
+                        borrowed_rel=borrowed[0] if borrowed else None, borrowed_seeds=borrowed[1] if borrowed else 0,
+                        shared_grid=True)
 
 
 def _curve_rel_sd(runs: list[RunRecord], rules: "CalibratedRules", series=None) -> float | None:

@@ -210,6 +210,11 @@ def execute_run(spec: Spec, profile_name: str, kind: str, seed: int = 0, source:
 
     env, removed = scrubbed_env(dict(os.environ), profile.pass_env)
     env.update(profile.env)
+    if env.get("PYTHONPATH"):
+        # `PYTHONPATH=. ladder run` meant the caller's directory, not the run's own copy: made absolute, so
+        # that the sandbox can mount it and the run imports what the caller meant
+        env["PYTHONPATH"] = os.pathsep.join(str(Path(p).absolute()) if p else p
+                                            for p in env["PYTHONPATH"].split(os.pathsep))
     timeout = timeout_s if timeout_s is not None else timeout_for(spec, protocol, kind)
     from ladder.runs.probe_report import PROBE_DIR
     from ladder.runs.envs import cache_root
