@@ -1,0 +1,1 @@
+../jax_manual_sgd/parity_adapter.py
