@@ -119,6 +119,35 @@ def test_optimizer_change_is_diffed(runs, torch_python, reference, fault, expect
 
 
 @pytest.mark.slow
+def test_the_learning_rate_each_step_ran_at_is_compared(runs, torch_python, jax_python) -> None:
+    # real-repos item 12: a constant 3e-4 against 1e-4 passed, as `lr` is left to schedules. The rate each
+    # step really ran at is recorded (a torch scheduler's values; an optax schedule evaluated at exit) and
+    # compared step by step, across frameworks
+    ref = runs(torch_python, "torch_train.py", "--schedule")
+    values = ref.probe["optimizers"][0]["lr"]["values"]
+    assert values == [[1, 0.02], [21, 0.01]], values  # MultiStepLR halves it after 20 of 40 steps
+    assert l2(runs(torch_python, "torch_train.py", "--schedule"), "cpu", ref)["optimizer_unchanged"].status == "passed"
+    jax_ok = runs(jax_python, "jax_train.py", "--schedule")
+    assert jax_ok.probe["optimizers"][0]["lr"]["values"][-1][1] == pytest.approx(0.01)
+    checks = l2(jax_ok, "jax-cpu", ref)
+    c = checks["optimizer_unchanged"]
+    assert c.status == "passed" and "each step's learning rate" in c.evidence, c.evidence
+    # the schedule is evaluated at exit, quietly: no compile and no host read of the program's is added
+    assert checks["recompilation"].status == "passed" and checks["host_syncs"].status == "passed"
+    plain = runs(jax_python, "jax_train.py")
+    after_start = [[(e["function"], e["step"]) for e in r.probe["compile_events"] if e["step"]] for r in (jax_ok, plain)]
+    assert after_start[0] == after_start[1], after_start  # (the optimizer's own schedule state adds one at step 0)
+    for python, script, fault, platform, expect in (
+            (torch_python, "torch_train.py", "lr", "cpu", "learning rate 0.02 -> 0.03 at step 1 (40 of 40 steps"),
+            (torch_python, "torch_train.py", "no_schedule", "cpu",
+             "learning rate 0.01 -> 0.02 at step 21 (20 of 40 steps"),
+            (jax_python, "jax_train.py", "no_schedule", "jax-cpu",
+             "learning rate 0.01 -> 0.02 at step 21 (20 of 40 steps")):
+        c = l2(runs(python, script, "--schedule", "--fault", fault), platform, ref)["optimizer_unchanged"]
+        assert c.status == "failed" and expect in c.evidence, (fault, c.evidence)
+
+
+@pytest.mark.slow
 def test_truncated_evaluation_is_caught(runs, torch_python, reference) -> None:
     run = runs(torch_python, "torch_train.py", "--fault", "eval_truncated")
     c = l2(run, "cpu", reference)["evaluation_complete"]

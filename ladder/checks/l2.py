@@ -18,6 +18,7 @@ Expected platforms and the probe facts that meet them:
 
 from __future__ import annotations
 
+import bisect
 import json
 import math
 from collections import Counter
@@ -605,6 +606,43 @@ def clipped_by_hand(run_probe: dict[str, Any], ref_probe: dict[str, Any], max_no
                   f"{len(bound)} recorded steps (pre-clip up to {max(bound):.4g}): clipped by hand")
 
 
+def _lr_at(values: list, steps: list[int]) -> list[float]:
+    """The rate in force at each of `steps`, from a change log [[step, lr], ...] sorted by step."""
+    xs = [v[0] for v in values]
+    return [float(values[max(bisect.bisect_right(xs, s) - 1, 0)][1]) for s in steps]
+
+
+def lr_difference(run_opt: dict[str, Any], ref_opt: dict[str, Any], run_steps: int, ref_steps: int,
+                  tol: float, share: float) -> tuple[str | None, str | None]:
+    """(difference, why not compared) of the learning rate each step ran at: the torch optimizer's rate as the
+    program set it, or the optax step size evaluated from its number or schedule. A step counts as differing
+    when neither that step nor its neighbours (a schedule stepped one call earlier or later) is within `tol`."""
+    a, b = run_opt.get("lr") or {}, ref_opt.get("lr") or {}
+    if not a.get("values") or not b.get("values"):
+        why = a.get("stopped") or b.get("stopped") or "no learning rate was recorded (a probe older than the check)"
+        return None, f"learning rate not compared ({why})"
+    n = min(run_steps, ref_steps)
+    for rec in (a, b):
+        if rec.get("stopped") and rec["values"]:
+            n = min(n, int(rec["values"][-1][0]))
+    if n < 1:
+        return None, "learning rate not compared (no optimizer step on one side)"
+    grid = list(range(1, n + 1)) if n <= 5000 else [1 + round(i * (n - 1) / 4999) for i in range(5000)]
+    va, vb = sorted(a["values"]), sorted(b["values"])
+    ref = _lr_at(vb, grid)
+    near = [_lr_at(va, [s + d for s in grid]) for d in (-1, 0, 1)]
+
+    def rel(x: float, y: float) -> float:
+        return abs(x - y) / max(abs(x), abs(y), 1e-30)
+
+    off = [i for i, r in enumerate(ref) if min(rel(v[i], r) for v in near) > tol]
+    if len(off) <= max(1, share * len(grid)):
+        return None, None
+    i, last = off[0], len(grid) - 1
+    return (f"learning rate {ref[i]:.6g} -> {near[1][i]:.6g} at step {grid[i]} ({len(off)} of {len(grid)} steps "
+            f"differ by more than {tol:.0%}; at step {grid[last]}: {ref[last]:.6g} -> {near[1][last]:.6g})"), None
+
+
 @register(L, "optimizer_unchanged")
 def optimizer_unchanged(ctx: CheckContext) -> CheckResult:
     name = "optimizer_unchanged"
@@ -631,6 +669,13 @@ def optimizer_unchanged(ctx: CheckContext) -> CheckResult:
             notes.append(why)
         else:
             diffs = [f"{d} ({why})" if d.startswith(CLIP_DIFF) else d for d in diffs]
+    lr_diff, lr_why = lr_difference(mine[0], theirs[0], int(probe.get("optimizer_steps") or 0),
+                                    int(ref.probe.get("optimizer_steps") or 0), ctx.protocol.l2.lr_rel_tol,
+                                    ctx.protocol.l2.lr_steps_share)
+    if lr_diff:
+        diffs.append(lr_diff)
+    elif lr_why:
+        notes.append(lr_why)
     changed = [c for c in mine[0].get("changes") or []]
     if changed and not (theirs[0].get("changes") or []):
         diffs.append(f"hyperparameters changed during the run at step {changed[0]['step']} (not in the baseline)")
@@ -645,4 +690,6 @@ def optimizer_unchanged(ctx: CheckContext) -> CheckResult:
         return _result(name, False, measured, threshold, "the optimisation changed: " + "; ".join(diffs), details)
     return _result(name, True, measured, threshold,
                    f"{mine[0].get('class')}: every parameter tensor has the reference's hyperparameters, weight decay "
-                   f"and clipping (ignoring {', '.join(ignore)})" + "".join(f"; {n}" for n in notes), details)
+                   f"and clipping (ignoring {', '.join(ignore)})"
+                   + ("" if lr_why else ", and each step's learning rate")
+                   + "".join(f"; {n}" for n in notes), details)

@@ -67,6 +67,8 @@ class L2Rules(_Section):
     host_read_slack: float
     host_read_margin: float
     optimizer_ignore: list[str]
+    lr_rel_tol: float = 0.01  # the learning rate at a step differs beyond this (relative), one step's shift allowed
+    lr_steps_share: float = 0.01  # ... at more than this share of the steps (and more than one): a changed rate
     eval_items_must_match: bool
 
 

@@ -26,6 +26,7 @@ SCHEMA = 2
 MAX_EVENTS = 2000  # per list: a run that recompiles every step must not grow the report without bound
 MAX_ERRORS = 50
 MAX_BUCKETS = 20000  # host-read buckets (steps with reads) kept per process
+MAX_LR_CHANGES = 20000  # learning-rate changes kept per optimizer (a per-step schedule: one per step)
 
 opts: dict = {}
 report: dict = {}

@@ -362,7 +362,7 @@ def _hook_callbacks(jax) -> None:
 
 def _duration_listener(event, duration, **kw):
     try:
-        if event == "/jax/core/compile/backend_compile_duration":
+        if event == "/jax/core/compile/backend_compile_duration" and not core.is_quiet():  # not the probe's own
             core.append(_s["compiles"], {"t": time.time(), "function": str(kw.get("fun_name", "?")),
                                          "duration_s": float(duration), "step": core.clock.step,
                                          "eval": core.clock.eval})

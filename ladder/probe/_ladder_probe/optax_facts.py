@@ -31,6 +31,9 @@ _ALIASES = {"adam", "adamw", "sgd", "nadam", "nadamw", "rmsprop", "adagrad", "ad
             "fromage", "adan", "polyak_sgd", "sign_sgd", "signum", "rprop", "lbfgs", "scale_by_adam"}
 _DECOUPLED = {"adamw", "nadamw", "adamaxw", "lamb", "lion", "adan"}  # they take weight_decay themselves
 _SCALERS = _ALIASES | {"scale_by_adam", "scale_by_rms", "scale_by_learning_rate", "scale", "trace", "scale_by_schedule"}
+# where a transformation takes its step size: a number or a schedule (a function of the update count)
+_LR_ARG = {"scale_by_learning_rate": "learning_rate", "scale_by_schedule": "step_size_fn", "scale": "step_size"}
+_lr_sources: list = []  # (optimizer record, step size: number or schedule, injected?) for the exit
 
 
 def reset() -> None:
@@ -101,7 +104,7 @@ def _injected(factory, inner):
         tx = factory(*args, **kwargs)
         try:
             if isinstance(tx, _orig["gt"]):
-                return _described(inner_name, tx, inner_sig, args, kwargs)
+                return _described(inner_name, tx, inner_sig, args, kwargs, injected=True)
         except Exception as e:
             core.record_error(f"optax inject_hyperparams({inner_name})", e)
         return tx
@@ -109,8 +112,8 @@ def _injected(factory, inner):
     return made
 
 
-def _described(name: str, tx, sig, args, kwargs):
-    desc: dict = {"fn": name, "args": {}, "children": [], "objects": {}}
+def _described(name: str, tx, sig, args, kwargs, injected: bool = False):
+    desc: dict = {"fn": name, "args": {}, "children": [], "objects": {}, "injected": injected}
     bound = None
     if sig is not None:
         try:
@@ -230,6 +233,11 @@ def _settings(desc: dict, leaf: dict, out: dict, scaled: list) -> None:
         wd = args.get("weight_decay")
         if fn in _DECOUPLED and wd and _mask_of(objs, "mask", leaf, default=True):
             out["weight_decay"], out["decay_mode"] = wd, "decoupled"
+    if (fn in _ALIASES or fn in _LR_ARG) and "lr" not in out:
+        key = _LR_ARG.get(fn, "learning_rate")
+        src = objs.get(key, args.get(key))
+        if src is not None:
+            out["lr"], out["lr_injected"] = src, bool(desc.get("injected"))
     if fn in _SCALERS:
         scaled.append(fn)
 
@@ -268,14 +276,17 @@ def _record(desc: dict, params) -> None:
     flat, _ = jax.tree_util.tree_flatten_with_path(params)
     cache: dict = {}
     groups: dict = {}
+    rates: dict = {}
     clip = None
     for i, (path, value) in enumerate(flat):
         leaf = {"params": params, "index": i, "cache": cache}
         out: dict = {}
         _settings(desc, leaf, out, [])
         clip = out.pop("clip", clip)
+        rate = (out.pop("lr", None), out.pop("lr_injected", False))
         out.setdefault("weight_decay", 0.0)
         key = repr(sorted(out.items()))
+        rates.setdefault(key, rate)
         g = groups.setdefault(key, {**out, "n_params": 0, "tensors": []})
         g["n_params"] += 1
         if len(g["tensors"]) < 2000:
@@ -285,11 +296,15 @@ def _record(desc: dict, params) -> None:
                          and desc["children"][0]["desc"]["fn"] == "clip_by_global_norm")
     if clip is not None and core.grad_norms.clip is None:
         core.grad_norms.clip = {"max_norm": clip, "first": first_is_clip or desc["fn"] == "clip_by_global_norm"}
-    core.optimizer_record({
+    record = core.optimizer_record({
         "class": f"optax.{desc['fn']}", "name": names[0] if len(names) == 1 else "+".join(names) or desc["fn"],
         "framework": "optax", "first_step": core.clock.step,
         "param_groups": list(groups.values()), "group_sizes": [g["n_params"] for g in groups.values()],
         "clip": {"max_norm": clip} if clip is not None else None, "structure": _public(desc), "changes": []})
+    if groups:
+        biggest = max(groups, key=lambda k: groups[k]["n_params"])
+        record["lr"] = {"source": "optax", "group": list(groups).index(biggest), "values": []}
+        _lr_sources.append((record, *rates[biggest]))
 
 
 def _public(desc: dict) -> dict:
@@ -298,4 +313,41 @@ def _public(desc: dict) -> dict:
 
 
 def snapshot() -> dict:
+    for record, rate, injected in _lr_sources:
+        try:
+            _schedule_values(record["lr"], rate, injected)
+        except Exception as e:
+            record["lr"]["stopped"] = f"the schedule could not be evaluated: {type(e).__name__}: {e}"[:300]
     return {}
+
+
+def _schedule_values(lr_rec: dict, rate, injected: bool) -> None:
+    """The step size at each update, as a change log [[step, lr]] (step = update count + 1, the clock's step of
+    that update), evaluated once at exit from the number or the schedule the optimizer was built with; the
+    magnitude, as `scale(-lr)` and `scale_by_schedule(lambda c: -f(c))` carry the sign."""
+    if rate is None:
+        lr_rec["stopped"] = "no step size found in the optimizer's arguments"
+        return
+    if injected:
+        lr_rec["stopped"] = ("inject_hyperparams: the rate lives in the optimizer state, where the program may "
+                             "set it from the host; not read")
+        return
+    steps = max(core.clock.step, 1)
+    if not callable(rate):
+        lr_rec["values"] = [[1, abs(float(rate))]]
+        return
+    jax, jnp = sys.modules["jax"], sys.modules["jax.numpy"]
+    counts = list(range(steps)) if steps <= core.MAX_LR_CHANGES else [
+        round(i * (steps - 1) / (core.MAX_LR_CHANGES - 1)) for i in range(core.MAX_LR_CHANGES)]
+    with core.quiet():
+        try:
+            vals = [abs(float(v)) for v in jax.device_get(rate(jnp.asarray(counts)))]
+            if len(vals) != len(counts):
+                raise ValueError("not elementwise")
+        except Exception:  # a schedule with Python control flow: one count at a time
+            vals = [abs(float(rate(c))) for c in counts]
+    out: list = []
+    for c, v in zip(counts, vals):
+        if not out or out[-1][1] != v:
+            out.append([c + 1, v])
+    lr_rec["values"] = out

@@ -295,6 +295,7 @@ def _optimizer_pre_hook(optimizer, args, kwargs):
         key = id(optimizer)
         rec = _s["optimizers"].get(key)
         if rec is not None:
+            _keep_lr(rec, optimizer, step)
             getters, last = rec["_cfg"]
             fp = _fingerprint(optimizer, getters)
             if fp is None or fp != last:
@@ -316,9 +317,36 @@ def _optimizer_pre_hook(optimizer, args, kwargs):
             "group_sizes": [len(g.get("params", ())) for g in optimizer.param_groups],
             "clip": dict(_s["clip"]["config"]) if _s["clip"] else None, "changes": []})
         getters = _getters(optimizer)
-        _s["optimizers"][key] = {"record": record, "_cfg": (getters, _fingerprint(optimizer, getters))}
+        sizes = record["group_sizes"]
+        group = max(range(len(sizes)), key=lambda i: sizes[i]) if sizes else 0
+        record["lr"] = {"source": "torch param_groups", "group": group, "values": []}
+        _s["optimizers"][key] = rec = {"record": record, "_cfg": (getters, _fingerprint(optimizer, getters)),
+                                       "_lr_group": group}
+        _keep_lr(rec, optimizer, step)
     except Exception as e:
         core.record_error("optimizer hook", e)
+
+
+def _keep_lr(rec: dict, optimizer, step: int) -> None:
+    """The learning rate this step runs at (the largest parameter group's), when it changed: a schedule's
+    values as the program really applied them. A Python float; a tensor rate is not read (a host read)."""
+    lr_rec = rec["record"]["lr"]
+    if lr_rec.get("stopped"):
+        return
+    try:
+        lr = optimizer.param_groups[rec["_lr_group"]]["lr"]
+    except (IndexError, KeyError):
+        return
+    if not isinstance(lr, (int, float)):
+        lr_rec["stopped"] = f"the rate is a {type(lr).__name__}, not read (a host read)"
+        return
+    values = lr_rec["values"]
+    if values and values[-1][1] == lr:
+        return
+    if len(values) >= core.MAX_LR_CHANGES:
+        lr_rec["stopped"] = f"more than {core.MAX_LR_CHANGES} changes: kept up to step {values[-1][0]}"
+        return
+    values.append([step, float(lr)])
 
 
 def _optimizer_post_hook(optimizer, args, kwargs):
