@@ -297,6 +297,23 @@ def test_a_jax_guard_that_drops_bad_batches_is_caught(runs, jax_python, referenc
 
 @pytest.mark.slow
 @pytest.mark.jax
+def test_a_jax_step_without_optax_is_still_a_training_step(runs, jax_python, reference) -> None:
+    # SGD written by hand (no optax): the jitted function that takes a gradient is the step, so recompilation
+    # and host reads are measured; the optimizer itself stays invisible, and is said so
+    clean = runs(jax_python, "jax_train.py", "--hand-sgd")
+    assert clean.probe["optimizer_steps"] == 40
+    checks = l2(clean, "jax-cpu", reference)
+    assert checks["recompilation"].status == "passed" and checks["host_syncs"].status == "passed", checks
+    assert checks["optimizer_unchanged"].status == "not_checked"
+    assert "hand-written update" in checks["optimizer_unchanged"].evidence
+    reads = l2(runs(jax_python, "jax_train.py", "--hand-sgd", "--fault", "item"), "jax-cpu", reference)["host_syncs"]
+    assert reads.status == "failed", reads.evidence
+    shapes = l2(runs(jax_python, "jax_train.py", "--hand-sgd", "--fault", "shape"), "jax-cpu", reference)
+    assert shapes["recompilation"].status == "failed", shapes["recompilation"].evidence
+
+
+@pytest.mark.slow
+@pytest.mark.jax
 def test_jax_on_cpu_when_tpu_expected_fails_platform(runs, jax_python, reference) -> None:
     run = runs(jax_python, "jax_train.py")
     c = l2(run, "jax-tpu", reference)["platform"]

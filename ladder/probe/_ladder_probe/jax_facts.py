@@ -4,7 +4,8 @@ and the training-step clock.
 
 The clock: JAX has no optimizer hook, so `jax.jit` and `jax.pmap` are wrapped. The wrapped function
 traces the user's function with a small context around it; when the optimizer update (optax_facts) is
-traced inside it, that function is the training step, and each host call of it is one step. The same
+traced inside it, that function is the training step, and each host call of it is one step (in a program
+whose update no optax transformation makes, the function that applies jax.grad / value_and_grad). The same
 context carries the gradient and parameter norms that the update computed out as one extra output of the
 step (a tuple of scalars), so they are recorded without a host callback inside the step and without a
 second trace: the step compiles exactly as often as without the probe. Values stay on the device until
@@ -45,11 +46,12 @@ class Box:
     """What one trace of a wrapped function learns: whether the optimizer update ran inside it, and the
     norms it computed (tracers of this trace) to hand out as an extra output."""
 
-    __slots__ = ("trace", "update_seen", "aux", "nested", "owner", "no_trace")
+    __slots__ = ("trace", "update_seen", "grad_seen", "aux", "nested", "owner", "no_trace")
 
     def __init__(self, owner) -> None:
         self.owner = owner
         self.update_seen = False
+        self.grad_seen = False  # jax.grad / value_and_grad applied in this trace (a hand-written update's step)
         self.aux = None
         self.nested = False
         self.no_trace = None  # why this JAX cannot tell the current trace (older than unsafe_get_current_trace)
@@ -155,6 +157,9 @@ class Traced:
             rec["traces"] += 1
             if box.update_seen:
                 rec["train"] = True
+                _s["update_ever"] = True
+            if box.grad_seen:
+                rec["grad"] = True
             if box.nested and box.no_trace is not None:
                 if core.grad_norms.why_missing is None:
                     version = getattr(sys.modules.get("jax"), "__version__", "?")
@@ -184,18 +189,20 @@ class Traced:
                 return res.out
             if self._rec["train"]:
                 outer.update_seen = True
+            if self._rec.get("grad"):
+                outer.grad_seen = True
             return res
         rec = self._rec
         ticked = False
-        if rec["train"]:
+        if _is_step(rec):
             core.clock.tick("jax training step")
             ticked = True
         res = self._jitted(*args, **kwargs)
         try:
             rec["calls"] += 1
-            if rec["train"] and not ticked:  # learnt while tracing this first call
+            if _is_step(rec) and not ticked:  # learnt while tracing this first call
                 core.clock.tick("jax training step")
-            if not rec["train"]:
+            if not _is_step(rec):
                 b = rec["by_step"].get(core.clock.step)
                 if b is None and len(rec["by_step"]) < _MAX_BY_STEP:
                     b = rec["by_step"][core.clock.step] = [0, 0]
@@ -213,6 +220,36 @@ class Traced:
 
     def __get__(self, obj, objtype=None):
         return self if obj is None else functools.partial(self, obj)
+
+
+def _is_step(rec: dict) -> bool:
+    """A host call of this function is one training step: it traces the optax update, or, in a program whose
+    update no optax transformation makes (SGD written by hand), it takes a gradient."""
+    return rec["train"] or bool(rec.get("grad") and not _s.get("update_ever"))
+
+
+def _wrap_grad(jax, name: str) -> None:
+    """jax.grad / jax.value_and_grad: applying the gradient function inside a traced function marks that trace
+    (a Python wrapper around the call: the traced computation is the program's own)."""
+    orig = getattr(jax, name, None)
+    if orig is None or getattr(orig, "_ladder_wrapped", False):
+        return
+
+    @functools.wraps(orig)
+    def transform(fun, *args, **kwargs):
+        g = orig(fun, *args, **kwargs)
+
+        @functools.wraps(g)
+        def apply(*a, **k):
+            box = current_box()
+            if box is not None:
+                box.grad_seen = True
+            return g(*a, **k)
+
+        return apply
+
+    transform._ladder_wrapped = True
+    setattr(jax, name, transform)
 
     def _plain_fn(self):
         if self._plain is None:
@@ -402,6 +439,8 @@ def on_jax(jax) -> None:
     _register_aux(jax)
     _wrap_transform(jax, "jit", "jit")
     _wrap_pmap(jax)
+    for name in ("grad", "value_and_grad"):
+        _wrap_grad(jax, name)
     try:
         _hook_callbacks(jax)
     except Exception as e:
