@@ -146,6 +146,59 @@ def test_weights_that_miss_a_layer_do_not_load_back(tmp_path: Path) -> None:
     assert miss.status == "failed" and "missing: head.bias, head.weight" in miss.evidence, miss.evidence
 
 
+HAND_SGD = """
+
+class HandSGD:
+    \"\"\"torch's SGD with momentum, written by hand: no torch.optim object for the probe to read.\"\"\"
+
+    def __init__(self, params, lr, momentum):
+        self.params, self.lr, self.momentum = list(params), lr, momentum
+        self.buf = [None] * len(self.params)
+
+    def zero_grad(self):
+        for p in self.params:
+            p.grad = None
+
+    @torch.no_grad()
+    def step(self):
+        for i, p in enumerate(self.params):
+            if p.grad is not None:
+                b = self.buf[i]
+                self.buf[i] = p.grad.clone() if b is None else b.mul_(self.momentum).add_(p.grad)
+                p.add_(self.buf[i], alpha=-self.lr)
+"""
+
+
+@pytest.mark.slow
+def test_a_hand_written_update_is_verified_by_parity_or_said_not_checked(tmp_path: Path) -> None:
+    from ladder.baselines.store import Baseline, BaselineMeta
+    from ladder.checks.l2 import optimizer_unchanged
+
+    ws = graded(tmp_path)
+    spec = load_spec(ws / "ladder.toml")
+    ref = execute_run(spec, "reference", "short", 0, source=ws, run_dir=tmp_path / "ref-short")
+    baseline = Baseline(root=tmp_path, meta=BaselineMeta(
+        name="t", version=1, created_at=ref.started_at, profile="reference", platform="cpu", seeds=[0], full_seeds=[],
+        spec_sha256="", protocol="ncsu"), short_runs=[ref], full_runs=[])
+    verdicts = {}
+    for name, momentum in (("hand", "0.9"), ("hand-bad", "0.8")):
+        port = port_copy(ws, name, {"train.py": ("    return torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)",
+                                                 f"    return HandSGD(model.parameters(), lr, {momentum})")})
+        text = (port / "train.py").read_text()
+        (port / "train.py").write_text(text.replace("\n\ndef make_optimizer", HAND_SGD + "\n\ndef make_optimizer", 1))
+        run = execute_run(spec, "target", "short", 0, source=port, run_dir=tmp_path / f"{name}-short")
+        assert run.exit_code == 0 and not run.probe["optimizers"], run.last_lines
+        sides = run_parity(spec, port, tmp_path / f"p-{name}", reference_dir=tmp_path / "parity-reference")
+        ctx = lambda options: CheckContext(run=run, protocol=NCSU, baseline=baseline,  # noqa: E731
+                                           expected_platform="cpu", options=options)
+        verdicts[name] = (optimizer_unchanged(ctx({})), optimizer_unchanged(ctx({"parity": sides.as_option()})))
+    alone, with_parity = verdicts["hand"]
+    assert alone.status == "not_checked" and "a [parity] table would verify it" in alone.evidence, alone.evidence
+    assert with_parity.status == "passed" and "verified at tensor level" in with_parity.evidence, with_parity.evidence
+    # momentum 0.8 written by hand: parity fails on the parameters, so nothing verifies the update
+    assert [v.status for v in verdicts["hand-bad"]] == ["not_checked", "not_checked"], verdicts["hand-bad"]
+
+
 def test_parity_is_not_applicable_without_a_parity_table() -> None:
     run = RunRecord(run_id="r", kind="short", profile="target", platform="cpu", seed=0, command="x", cwd=".",
                     started_at=0.0, timeout_s=1.0, provenance={"source": "."})  # type: ignore[arg-type]

@@ -643,6 +643,29 @@ def lr_difference(run_opt: dict[str, Any], ref_opt: dict[str, Any], run_steps: i
             f"differ by more than {tol:.0%}; at step {grid[last]}: {ref[last]:.6g} -> {near[1][last]:.6g})"), None
 
 
+def _update_verified_by_parity(ctx: CheckContext) -> str | None:
+    """An update written by hand (no optimizer object for the probe to read) is verified when this port's parity
+    run passed with its parameters after K steps compared: the update rule, momentum, decay and clip of those
+    steps computed the reference's numbers. None when no passing parity run says so."""
+    sides = ctx.options.get("parity")
+    if not sides:
+        return None
+    tol = ctx.protocol.parity.tolerances.get(sides["tolerance"])
+    if tol is None:
+        return None
+    from pathlib import Path
+
+    from ladder.parity.compare import compare_sides
+
+    report = compare_sides(Path(sides["reference"]), Path(sides["target"]), tol, sides["tolerance"])
+    params = [r for r in report.rows if r.tensor.startswith("params/")]
+    if report.problems or not report.passed or not params:
+        return None
+    return (f"no optimizer object in the run (an update written by hand), verified at tensor level instead: "
+            f"parity compared the {len(params)} parameters after its K steps with the reference's, all within "
+            f"{sides['tolerance']} (the rate beyond those steps is not compared)")
+
+
 @register(L, "optimizer_unchanged")
 def optimizer_unchanged(ctx: CheckContext) -> CheckResult:
     name = "optimizer_unchanged"
@@ -656,8 +679,13 @@ def optimizer_unchanged(ctx: CheckContext) -> CheckResult:
     if not theirs:
         return not_checked(L, name, "the baseline's probe saw no optimizer")
     if not mine:
+        verified = _update_verified_by_parity(ctx)
+        if verified:
+            return _result(name, True, {"class": None}, {"class": theirs[0].get("class")}, verified,
+                           {"baseline": theirs[0], "verified_by": "parity"})
         return not_checked(L, name, f"no optimizer observed in the run (the baseline used {theirs[0].get('class')}); "
-                                    "a hand-written update is invisible to the probe")
+                                    "a hand-written update is invisible to the probe; a [parity] table would verify "
+                                    "it at tensor level (the parameters after K steps)")
     ignore = ctx.protocol.l2.optimizer_ignore
     diffs = optimizer_diff(mine[0], theirs[0], ignore)
     clip_ref = (theirs[0].get("clip") or {}).get("max_norm")
