@@ -22,6 +22,7 @@ import bisect
 import json
 import math
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 from ladder.checks import CheckContext, not_checked, register
@@ -653,9 +654,7 @@ def _update_verified_by_parity(ctx: CheckContext) -> str | None:
     tol = ctx.protocol.parity.tolerances.get(sides["tolerance"])
     if tol is None:
         return None
-    from pathlib import Path
-
-    from ladder.parity.compare import compare_sides
+    from ladder.parity.compare import compare_sides  # the parity package only where a parity run exists
 
     report = compare_sides(Path(sides["reference"]), Path(sides["target"]), tol, sides["tolerance"])
     params = [r for r in report.rows if r.tensor.startswith("params/")]
