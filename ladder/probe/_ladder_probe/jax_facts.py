@@ -369,6 +369,22 @@ def _hook_host_reads(jax) -> bool:
         return fget(self)
 
     cls._value = property(_value, doc=prop.__doc__)
+    # .item() and .tolist() go through numpy, which on the CPU backend reads the buffer directly without _value:
+    # counted here, once (quietly inside, so that an accelerator's _value read is not counted twice)
+    for name in ("item", "tolist"):
+        orig = getattr(cls, name, None)
+        if orig is None or getattr(orig, "_ladder_wrapped", False):
+            continue
+
+        def method(self, *a, _orig=orig, _name=name, **k):
+            if getattr(self, "_npy_value", 1) is None:
+                count("jax.Array read")
+            with core.quiet():
+                return _orig(self, *a, **k)
+
+        functools.update_wrapper(method, orig)
+        method._ladder_wrapped = True
+        setattr(cls, name, method)
     return True
 
 
