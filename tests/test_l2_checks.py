@@ -340,6 +340,17 @@ def test_jax_float_every_step_is_host_syncs(runs, jax_python, reference, fault) 
 
 @pytest.mark.slow
 @pytest.mark.jax
+def test_sgd_spelled_as_optax_pieces_is_torch_sgd_only_in_torch_order(runs, jax_python, reference) -> None:
+    # chain(trace(0.9), scale_by_learning_rate) is torch's SGD with momentum; the step size applied before the
+    # momentum buffer is another optimizer (it differs as soon as the rate changes) and stays a difference
+    ok = l2(runs(jax_python, "jax_train.py", "--spelled", "trace_then_lr"), "jax-cpu", reference)["optimizer_unchanged"]
+    assert ok.status == "passed", ok.evidence
+    bad = l2(runs(jax_python, "jax_train.py", "--spelled", "lr_then_trace"), "jax-cpu", reference)["optimizer_unchanged"]
+    assert bad.status == "failed" and "optimizer sgd -> chain" in bad.evidence, bad.evidence
+
+
+@pytest.mark.slow
+@pytest.mark.jax
 def test_jax_adam_instead_of_sgd_is_diffed_across_frameworks(runs, jax_python, reference) -> None:
     run = runs(jax_python, "jax_train.py", "--fault", "adam")
     c = l2(run, "jax-cpu", reference)["optimizer_unchanged"]

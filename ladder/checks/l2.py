@@ -485,7 +485,9 @@ def tensor_settings(o: dict[str, Any], ignore: list[str]) -> list[tuple[str, tup
                 mode = g.get("decay_mode") or "coupled"
             h["weight_decay_mode"] = mode
         h.pop("decoupled_weight_decay", None)
-        h["optimizer"] = name
+        # AdamW is Adam with decoupled decay, and the decay's mode is compared on its own: one name for both
+        # (optax's adamw, torch's AdamW, and scale_by_adam chained with add_decayed_weights after it)
+        h["optimizer"] = "adam" if name == "adamw" else name
         settings = {k: _neutral(v) for k, v in h.items()}
         for tname, shape in g.get("tensors") or []:
             shape = tuple(int(x) for x in shape)

@@ -233,6 +233,10 @@ def _settings(desc: dict, leaf: dict, out: dict, scaled: list) -> None:
         wd = args.get("weight_decay")
         if fn in _DECOUPLED and wd and _mask_of(objs, "mask", leaf, default=True):
             out["weight_decay"], out["decay_mode"] = wd, "decoupled"
+    if fn == "trace" and "name" not in out and not any(f in _LR_ARG for f in scaled):
+        # momentum before the step size, as torch's SGD: chain(trace(m), scale_by_learning_rate(lr)) is sgd(lr, m);
+        # the step size inside the momentum buffer (scale first) is another optimizer and stays unnamed
+        out["name"], out["momentum"], out["nesterov"] = "sgd", args.get("decay"), args.get("nesterov", False)
     if (fn in _ALIASES or fn in _LR_ARG) and "lr" not in out:
         key = _LR_ARG.get(fn, "learning_rate")
         src = objs.get(key, args.get(key))
