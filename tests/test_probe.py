@@ -205,6 +205,22 @@ def test_torch_grad_norms_are_those_the_optimizer_receives(tmp_path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.jax
+def test_a_wrapped_jit_keeps_its_ahead_of_time_methods_and_attributes(tmp_path, jax_python) -> None:
+    # the probe's jit wrapper hands ahead-of-time use (lower, eval_shape) to the program's own jitted function,
+    # and forwards its other attributes, so programs that inspect or compile ahead of time run unchanged
+    code = textwrap.dedent("""
+        import jax, jax.numpy as jnp
+        step = jax.jit(lambda x: (x * 2.0).sum())
+        x = jnp.ones((4, 3))
+        print(step.lower(x).compile()(x), step.eval_shape(x).shape, callable(step.clear_cache))
+    """)
+    p = _run(jax_python, code, tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == ["24.0", "()", "True"], p.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.jax
 def test_optax_grad_norms_are_the_input_of_the_outermost_transformation(tmp_path, jax_python) -> None:
     # optax.chain(clip, adam): the probe measures where the whole chain receives the gradient, inside jit;
     # as for torch, the series is what the optimizer receives after a leading global-norm clip, and the norm

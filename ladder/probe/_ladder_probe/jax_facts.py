@@ -221,6 +221,25 @@ class Traced:
     def __get__(self, obj, objtype=None):
         return self if obj is None else functools.partial(self, obj)
 
+    def _plain_fn(self):
+        if self._plain is None:
+            self._plain = self._original(self._fun, **self._kwargs)
+        return self._plain
+
+    def lower(self, *a, **k):  # ahead-of-time use gets the program's own function, without the probe's output
+        return self._plain_fn().lower(*a, **k)
+
+    def trace(self, *a, **k):
+        return self._plain_fn().trace(*a, **k)
+
+    def eval_shape(self, *a, **k):
+        return self._plain_fn().eval_shape(*a, **k)
+
+    def __getattr__(self, name):
+        if name.startswith("__") or name in ("_jitted", "_plain", "_original", "_fun", "_kwargs", "_rec"):
+            raise AttributeError(name)
+        return getattr(self._jitted, name)
+
 
 def _is_step(rec: dict) -> bool:
     """A host call of this function is one training step: it traces the optax update, or, in a program whose
@@ -250,25 +269,6 @@ def _wrap_grad(jax, name: str) -> None:
 
     transform._ladder_wrapped = True
     setattr(jax, name, transform)
-
-    def _plain_fn(self):
-        if self._plain is None:
-            self._plain = self._original(self._fun, **self._kwargs)
-        return self._plain
-
-    def lower(self, *a, **k):  # ahead-of-time use gets the program's own function, without the probe's output
-        return self._plain_fn().lower(*a, **k)
-
-    def trace(self, *a, **k):
-        return self._plain_fn().trace(*a, **k)
-
-    def eval_shape(self, *a, **k):
-        return self._plain_fn().eval_shape(*a, **k)
-
-    def __getattr__(self, name):
-        if name.startswith("__") or name in ("_jitted", "_plain", "_original", "_fun", "_kwargs", "_rec"):
-            raise AttributeError(name)
-        return getattr(self._jitted, name)
 
 
 def _keep(aux) -> None:
@@ -376,7 +376,7 @@ def _hook_host_reads(jax) -> bool:
         if orig is None or getattr(orig, "_ladder_wrapped", False):
             continue
 
-        def method(self, *a, _orig=orig, _name=name, **k):
+        def method(self, *a, _orig=orig, **k):
             if getattr(self, "_npy_value", 1) is None:
                 count("jax.Array read")
             with core.quiet():

@@ -32,7 +32,7 @@ def reset() -> None:
     _s.update(forward_samples=0, param_devices={}, input_devices={}, first_seen={}, modules=[],
               fwd_handle=None, fwd_left=0, root=None, root_params=0, optimizers={}, eval_windows=[],
               window=None, clip=None, scaler_steps=0, scaler_skipped=0, gn_cost=None, gn_recent=[],
-              gn_interval=None, gn_t=None, gn_last=-10**9, gn_timed=False, xla_live=None, modules_seen=[],
+              gn_interval=None, gn_t=None, gn_timed=False, xla_live=None, modules_seen=[],
               dynamo={"recompiles": [], "graph_breaks": [], "recompile_limit": [], "counters": {}})
 
 
@@ -439,10 +439,7 @@ def _due(step: int, xla: bool) -> bool:
         # on real samples, not on interpolations of a noisy series sampled at other steps.
         k = 1 << (k - 1).bit_length()
     core.grad_norms.every = max(core.grad_norms.every, k)
-    if step % k:
-        return False
-    _s["gn_last"] = step
-    return True
+    return step % k == 0
 
 
 def _grad_norm(optimizer, step: int) -> None:
