@@ -221,7 +221,7 @@ def load_parity(paths: list[Path]) -> dict[tuple[str, str], dict[str, Any]]:
 
 def join_parity(t: dict[str, Any], outcome: dict[str, Any] | None) -> None:
     """The rule 'ladder + parity': ladder's verdict with the L1 parity check (K steps on the reference's weights
-    and batches) joined; a variant parity did not run keeps ladder's verdict and is counted in `parity_missing`.
+    and batches) joined; a variant parity did not run keeps ladder's verdict (the report names such variants).
     The reference against itself is parity's identity: never flagged by it."""
     lad = t["ladder"]
     flagged = bool(outcome and outcome.get("flagged")) and t["variant"] != "reference"
@@ -382,7 +382,7 @@ def report(trials: list[dict[str, Any]], args, wall: float) -> None:
     print()
     summary = {}
     rules = [("ladder", "ladder (calibrated + L2)"), ("fixed", "fixed rule + L2")]
-    if any("ladder_parity" in t for t in trials):
+    if with_parity:
         rules.append(("ladder_parity", "ladder + parity (L1 parity joined)"))
         missing = sorted({f"{t['program']}/{t['variant']}" for t in trials if "ladder_parity" in t and t["parity"] is None})
         if missing:
