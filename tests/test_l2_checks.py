@@ -168,6 +168,24 @@ def test_torch_compile_one_recompile_is_not_growth_but_is_named(runs, torch_pyth
 
 
 @pytest.mark.slow
+def test_a_torch_step_without_an_optimizer_is_counted_at_its_backward_pass(runs, torch_python, reference) -> None:
+    # torch.func.grad_and_value and SGD written by hand: no optimizer.step ever runs, so the backward passes
+    # are the clock; with an optimizer, its first step takes the clock over (40 steps, not 41)
+    assert reference.probe["processes"][0]["clock"]["source"] == "torch optimizer.step"
+    assert reference.probe["optimizer_steps"] == 40
+    func = runs(torch_python, "torch_train.py", "--func")
+    clock = func.probe["processes"][0]["clock"]
+    assert clock["source"] == "torch backward" and clock["steps"] == 40, clock
+    checks = l2(func, "cpu", reference)
+    assert checks["recompilation"].status == "passed", checks["recompilation"].evidence
+    assert checks["optimizer_unchanged"].status == "not_checked"  # the update itself stays invisible
+    # host reads are placed in those steps: measured as for a device target, one read a step is a failure
+    assert l2(func, "cuda", reference)["host_syncs"].status == "passed"
+    reads = l2(runs(torch_python, "torch_train.py", "--func", "--fault", "item"), "cuda", reference)["host_syncs"]
+    assert reads.status == "failed" and reads.measured, reads.evidence
+
+
+@pytest.mark.slow
 def test_torch_compile_hitting_its_recompile_limit_inside_warmup_is_caught(runs, torch_python, reference) -> None:
     # A new Python float every step: dynamo recompiles until config.recompile_limit, inside warm-up,
     # then silently runs the function eagerly; no recompile is ever logged after warm-up.

@@ -117,8 +117,9 @@ def is_quiet() -> bool:
 # ---------------------------------------------------------------- the training-step clock
 
 class Clock:
-    """Training steps begun in this process, as the framework modules see them (torch: optimizer.step;
-    JAX: calls of the jitted function that holds the optimizer update; optax: an eager update), and
+    """Training steps begun in this process, as the framework modules see them (torch: optimizer.step, or
+    a backward pass when no optimizer ever steps; JAX: calls of the jitted function that holds the
+    optimizer update; optax: an eager update), and
     the evaluation windows (torch: a module switched to eval mode)."""
 
     def __init__(self) -> None:
@@ -131,11 +132,19 @@ class Clock:
         self.in_step = 0  # inside optimizer.step: reads there are the framework's, not the program's
         self.eval = False
 
+    # Sources that count steps only while nothing better does: a torch program whose update is written
+    # by hand (torch.func, no optimizer.step) steps once per backward pass. The first optimizer step takes
+    # the clock over and counts from 1 again (gradient accumulation runs several backward passes a step).
+    FALLBACK = frozenset({"torch backward"})
+
     def tick(self, source: str) -> int:
         if self.source is None:
             self.source = source
         elif source != self.source:
-            return self.step  # one clock per process: the first framework that stepped owns it
+            if self.source not in self.FALLBACK or source in self.FALLBACK:
+                return self.step  # one clock per process: the first framework that stepped owns it
+            self.source, self.step, self.times = source, 0, []
+            reads.renumber_from_zero()
         self.step += 1
         if kept(self.step):
             self.times.append([self.step, time.time()])
@@ -186,6 +195,14 @@ class HostReads:
                 return
             b = self.by_step[clock.step] = [0, 0]
         b[1 if clock.eval else 0] += 1
+
+    def renumber_from_zero(self) -> None:
+        """The clock was taken over and counts from 0 again: what came before its first step is step 0's."""
+        zero = [0, 0]
+        for b in self.by_step.values():
+            zero[0] += b[0]
+            zero[1] += b[1]
+        self.by_step = {0: zero} if any(zero) else {}
 
     def snapshot(self) -> dict:
         return {"total": self.total, "internal": self.internal, "data": self.data, "ops": self.ops,

@@ -62,6 +62,7 @@ def on_torch(torch) -> None:
     for name in _READ_METHODS:
         _wrap_read(torch.Tensor, name)
     _wrap_train(torch.nn.Module)
+    _wrap_backward(torch.autograd)
     _wrap_loader()
     wrap_clip()
     _wrap_scaler(torch)
@@ -123,6 +124,38 @@ def _wrap_read(cls, name: str) -> None:
     method._ladder_wrapped = True
     method.__wrapped__ = orig
     setattr(cls, name, method)
+
+
+# ---------------------------------------------------------------- the step clock without an optimizer
+
+def _wrap_backward(autograd) -> None:
+    """A program that updates its parameters by hand (torch.func's grad, a written-out SGD) never calls
+    optimizer.step, so its steps are counted at each backward pass: `Tensor.backward` and
+    `torch.func.grad` go through `torch.autograd.backward` and `torch.autograd.grad`, looked up at call
+    time. Not while dynamo traces, nor inside an evaluation window; an optimizer.step takes over."""
+    for name in ("backward", "grad"):
+        orig = getattr(autograd, name, None)
+        if orig is None or getattr(orig, "_ladder_wrapped", False):
+            continue
+
+        def make(orig):
+            @functools.wraps(orig)
+            def wrapper(*a, **k):
+                clock = core.clock
+                depth = getattr(_tls, "backward", 0)
+                if (not depth and clock.source in (None, "torch backward") and not clock.eval
+                        and not core.is_quiet() and not _compiling()):
+                    clock.tick("torch backward")
+                _tls.backward = depth + 1  # a backward inside a backward (reentrant checkpointing) is one step
+                try:
+                    return orig(*a, **k)
+                finally:
+                    _tls.backward = depth
+
+            wrapper._ladder_wrapped = True
+            return wrapper
+
+        setattr(autograd, name, make(orig))
 
 
 # ---------------------------------------------------------------- evaluation windows
@@ -286,6 +319,8 @@ def _getters(optimizer) -> list:
 def _optimizer_pre_hook(optimizer, args, kwargs):
     try:
         core.clock.in_step += 1
+        if core.clock.source in core.Clock.FALLBACK and _s["clip"] is not None:
+            _s["clip"]["step"] = 0  # the backward passes' clock is taken over below, from step 0
         step = core.clock.tick("torch optimizer.step")
         if _grad_norms_on() and core.grad_norms.owner in (None, id(optimizer)):
             _grad_norm(optimizer, step)
@@ -396,10 +431,10 @@ def _wrap_scaler(torch) -> None:
         return
 
     def step(self, optimizer, *args, **kwargs):
-        before = core.clock.step
+        before = (core.clock.source, core.clock.step)  # an optimizer step taking over the clock steps too
         out = orig(self, optimizer, *args, **kwargs)
         _s["scaler_steps"] += 1
-        if core.clock.step == before and getattr(self, "_enabled", True):
+        if (core.clock.source, core.clock.step) == before and getattr(self, "_enabled", True):
             # the scaler found inf/NaN gradients and did not call optimizer.step: a skipped step
             _s["scaler_skipped"] += 1
             core.clock.tick("torch optimizer.step")
