@@ -119,6 +119,24 @@ def test_optimizer_change_is_diffed(runs, torch_python, reference, fault, expect
 
 
 @pytest.mark.slow
+def test_a_clip_that_never_bound_is_noted_not_a_difference(runs, torch_python, reference) -> None:
+    # the probe keeps the largest norm clip_grad_norm_ received over every step (gradient norms themselves are
+    # thinned): a clip at 1000 never acts on this model's norms, one at 0.05 acts on every step
+    idle = runs(torch_python, "torch_train.py", "--clip", "1000")
+    seen = idle.probe["grad_norms"]["clip_seen"]
+    assert seen["calls"] == 40 and 0 < seen["max_pre_clip"] < 1000, seen
+    c = l2(idle, "cpu", reference)["optimizer_unchanged"]
+    assert c.status == "passed" and "clipping at 1000 added" in c.evidence and "never bound" in c.evidence, c.evidence
+    bound = l2(runs(torch_python, "torch_train.py", "--clip", "0.05"), "cpu", reference)["optimizer_unchanged"]
+    assert bound.status == "failed" and "none -> 0.05" in bound.evidence and "it bound" in bound.evidence, bound.evidence
+    # the other way round: the reference's clip never acted, so a port without one computes the same
+    back = l2(reference, "cpu", idle)["optimizer_unchanged"]
+    assert back.status == "passed" and "the reference's clip" in back.evidence, back.evidence
+    strict = l2(reference, "cpu", runs(torch_python, "torch_train.py", "--clip", "0.05"))["optimizer_unchanged"]
+    assert strict.status == "failed", strict.evidence
+
+
+@pytest.mark.slow
 def test_the_learning_rate_each_step_ran_at_is_compared(runs, torch_python, jax_python) -> None:
     # real-repos item 12: a constant 3e-4 against 1e-4 passed, as `lr` is left to schedules. The rate each
     # step really ran at is recorded (a torch scheduler's values; an optax schedule evaluated at exit) and

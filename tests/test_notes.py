@@ -4,6 +4,7 @@ Anthropic SDK against a local HTTP server (no network) and is stored beside the 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from ladder._cli.check import check_run
 from ladder.journal import Journal
 from ladder.journal.entries import FailureNote, parse
 from ladder.journal.notes import draft_notes, record_checked_run, rewrite_diagnoses
-from ladder.runs.records import RunRecord
+from ladder.runs.records import Provenance, RunRecord
 from ladder.checks.results import CheckResult, LadderResult
 from test_l2_checks import runs  # noqa: F401  (the memoised captured-run fixture)
 
@@ -56,6 +57,24 @@ def test_crash_note_names_the_error_line_and_is_not_silent(tiny: Path, tmp_path:
     assert notes["L0/metric_reported"].diagnosis.startswith("the run did not finish (see L0/finished)")
     assert all(n.check.split("/")[1] in {c.name for c in result.checks if c.status == "failed"}
                for n in notes.values())
+
+
+def test_a_native_abort_is_named_by_its_fatal_line() -> None:
+    # The last lines of a real abort (recorded from a held-out benchmark run): absl's fatal line, then a native
+    # stack trace and no Python exception. The note quoted the trace's last address; it names the fatal line
+    # and what a collective timeout means.
+    rec = json.loads((Path(__file__).parent / "fixtures" / "crashes" / "xla_rendezvous_abort.json").read_text())
+    run = RunRecord(run_id="r", kind="full", profile="target", platform="jax-cpu", seed=1, command="python train.py",
+                    cwd=".", started_at=0.0, ended_at=63.4, exit_code=rec["exit_code"], killed=rec["killed"],
+                    timeout_s=3600, provenance=Provenance(source="recorded"), last_lines=rec["last_lines"],
+                    error_lines=rec["error_lines"])
+    finished = CheckResult(level="L0", name="finished", status="failed", measured=run.exit_code, threshold=0,
+                           evidence="exit code 134")
+    result = LadderResult(run_dir=".", achieved_level=None, checks=[finished])
+    note = _by_check(draft_notes(result, run))["L0/finished"]
+    assert note.diagnosis.startswith("the process aborted in native code (exit code 134): F1202"), note.diagnosis
+    assert "Termination timeout for `all reduce" in note.diagnosis and "threads starved" in note.diagnosis
+    assert "0x7f" not in note.diagnosis  # not the stack trace's last line
 
 
 @pytest.mark.slow

@@ -609,6 +609,28 @@ def clipped_by_hand(run_probe: dict[str, Any], ref_probe: dict[str, Any], max_no
                   f"{len(bound)} recorded steps (pre-clip up to {max(bound):.4g}): clipped by hand")
 
 
+def clip_never_bound(probe: dict[str, Any], max_norm: float) -> tuple[bool, str]:
+    """Did a clip at max_norm leave every step's gradient as it was? Proven only from every step's norm: the
+    torch probe's running maximum of what clip_grad_norm_ received, or norms recorded at every optimizer step
+    (before clipping: torch's pre-clip column, optax's outermost gradient). A clip that never bound computed
+    nothing else; one that bound once, or a run thinned to some steps, stays a difference."""
+    gn = probe.get("grad_norms") or {}
+    steps = int(probe.get("optimizer_steps") or 0)
+    seen = gn.get("clip_seen") or {}
+    top, over = None, "every step's norm"
+    if isinstance(seen.get("max_pre_clip"), (int, float)) and int(seen.get("calls") or 0) >= steps > 0:
+        top, over = float(seen["max_pre_clip"]), f"the {seen['calls']} norms clip_grad_norm_ received"
+    else:
+        col = 3 if _finite_column(probe, 3) else (1 if "optax" in str(gn.get("source")) else None)
+        values = _finite_column(probe, col) if col is not None else []
+        if not values or len(values) < steps or steps < 1:
+            return False, "not every step's gradient norm was recorded, so whether it bound is unknown"
+        top, over = max(values), f"the gradient norms of all {len(values)} steps"
+    if top + 1e-6 >= max_norm:
+        return False, f"it bound: {over} reach {top:.4g}"
+    return True, f"{over} stay below {max_norm:g} (max {top:.4g}): the clip never bound, so it changed nothing"
+
+
 def _lr_at(values: list, steps: list[int]) -> list[float]:
     """The rate in force at each of `steps`, from a change log [[step, lr], ...] sorted by step."""
     xs = [v[0] for v in values]
@@ -691,11 +713,22 @@ def optimizer_unchanged(ctx: CheckContext) -> CheckResult:
     diffs = optimizer_diff(mine[0], theirs[0], ignore)
     clip_ref = (theirs[0].get("clip") or {}).get("max_norm")
     notes: list[str] = []
-    if clip_ref is not None and (mine[0].get("clip") or {}).get("max_norm") is None:
+    clip_run = (mine[0].get("clip") or {}).get("max_norm")
+    if clip_ref is not None and clip_run is None:
         by_hand, why = clipped_by_hand(probe, ref.probe, float(clip_ref))
-        if by_hand:  # the clip is there, written by hand: not a difference
+        if not by_hand:
+            idle, why_idle = clip_never_bound(ref.probe, float(clip_ref))
+            by_hand, why = (True, f"the reference's clip: {why_idle}") if idle else (by_hand, why)
+        if by_hand:  # the clip is there, written by hand, or the reference's never acted: not a difference
             diffs = [d for d in diffs if not d.startswith(CLIP_DIFF)]
             notes.append(why)
+        else:
+            diffs = [f"{d} ({why})" if d.startswith(CLIP_DIFF) else d for d in diffs]
+    elif clip_run is not None and clip_ref is None:
+        idle, why = clip_never_bound(probe, float(clip_run))
+        if idle:  # a clip added that never acted in this run: noted, not a difference
+            diffs = [d for d in diffs if not d.startswith(CLIP_DIFF)]
+            notes.append(f"clipping at {clip_run:g} added: {why}")
         else:
             diffs = [f"{d} ({why})" if d.startswith(CLIP_DIFF) else d for d in diffs]
     lr_diff, lr_why = lr_difference(mine[0], theirs[0], int(probe.get("optimizer_steps") or 0),

@@ -31,6 +31,8 @@ __all__ = ["FailureNote", "draft_notes", "is_silent", "record_checked_run", "rew
 LLM_MODEL = os.environ.get("LADDER_NOTES_MODEL", "claude-sonnet-4-6")
 LLM_MAX_TOKENS = 400
 _EXCEPTION_LINE = re.compile(r"^\s*(?:[\w.]+\.)?\w*(?:Error|Exception|Interrupt|Exit)\b(?::|$)")
+# a native abort: glog/absl's fatal line (`F1202 08:44:30.2 ... file.cc:161] why`), a failed CHECK, a C++ terminate
+_NATIVE_FATAL = re.compile(r"^\s*(?:F\d{4} \S+\s+\d+ \S+\] .+|Fatal Python error: .+|.*Check failed: .+|terminate called .+)")
 
 
 def is_silent(run: RunRecord) -> bool:
@@ -79,11 +81,19 @@ def _finished(c: CheckResult, run: RunRecord) -> str:
         tail = run.last_lines[-1].strip() if run.last_lines else "no output"
         return (f"the run was killed after {run.timeout_s:.0f}s without finishing (a hang or a far slower "
                 f"port); its last line was: {tail}")
-    if run.killed:
+    fatal = next((x.strip() for x in run.last_lines + run.error_lines if _NATIVE_FATAL.match(x)), None)
+    if run.killed and not fatal:
         return f"the process was killed by a signal from outside (exit code {run.exit_code}): out of memory?"
     line = error_line(run)
     if line:
         return f"the process crashed with exit code {run.exit_code}: {line}"
+    if fatal:
+        why = f"the process aborted in native code (exit code {run.exit_code}): {fatal[:300]}"
+        if "rendezvous" in fatal.lower() and "timeout" in fatal.lower():
+            why += (" -- a collective waited for devices that never arrived: with fake CPU devices, threads "
+                    "starved on a loaded machine (rerun with fewer runs at once); on accelerators, a rank "
+                    "that died or took another branch")
+        return why
     tail = run.last_lines[-1].strip() if run.last_lines else "no output"
     return f"the process exited with code {run.exit_code} without an error line; its last line was: {tail}"
 

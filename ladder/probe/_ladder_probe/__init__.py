@@ -241,13 +241,18 @@ class GradNorms:
         self.clip = None  # {"max_norm": x} when the program clips by global norm
         self.every = 1
         self.why_missing = None
+        self.clip_seen = None  # function() -> {"max_pre_clip": x, "calls": n}: the clip's largest input, every step
 
     def snapshot(self) -> dict | None:
         if not self.values or self.collect is None:
             return {"source": self.source, "values": [], "why_missing": self.why_missing} if self.why_missing else None
         with quiet():
             rows = self.collect(self.values)
-        return {"source": self.source, "values": rows, "clip": self.clip, "every": self.every}
+            seen = self.clip_seen() if self.clip_seen is not None else None
+        out = {"source": self.source, "values": rows, "clip": self.clip, "every": self.every}
+        if seen:
+            out["clip_seen"] = seen
+        return out
 
 
 grad_norms = GradNorms()

@@ -411,6 +411,7 @@ def _clip_wrapper(orig):
                 _s["clip"] = {"config": cfg, "norm": total, "step": core.clock.step}
                 if core.grad_norms.clip is None:
                     core.grad_norms.clip = cfg
+                _keep_clip_max(total)
             except Exception as e:
                 core.record_error("clip hook", e)
         return total
@@ -419,6 +420,31 @@ def _clip_wrapper(orig):
     clip_grad_norm_.__wrapped__ = orig
     clip_grad_norm_.__doc__ = orig.__doc__
     return clip_grad_norm_
+
+
+def _keep_clip_max(total) -> None:
+    """The largest norm the clip received over every step, kept on the device (one maximum a step, no read):
+    a clip the reference lacks that never bound computed nothing else. Not on XLA, where the added op would
+    change the traced graph."""
+    dev = getattr(total, "device", None)
+    if dev is None or dev.type == "xla" or not _grad_norms_on():
+        return
+    torch = sys.modules["torch"]
+    with torch.no_grad():
+        t = total.detach().float()
+        m = _s.get("clip_max")
+        _s["clip_max"] = t.clone() if m is None else torch.maximum(m, t)
+    _s["clip_calls"] = _s.get("clip_calls", 0) + 1
+    if core.grad_norms.clip_seen is None:
+        core.grad_norms.clip_seen = _clip_seen
+
+
+def _clip_seen() -> dict | None:
+    m = _s.get("clip_max")
+    if m is None:
+        return None
+    v = float(m.cpu())  # read quietly at exit (GradNorms.snapshot)
+    return {"max_pre_clip": v if math.isfinite(v) else repr(v), "calls": int(_s.get("clip_calls", 0))}
 
 
 def _wrap_scaler(torch) -> None:
