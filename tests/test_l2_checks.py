@@ -350,6 +350,19 @@ def test_a_jax_step_without_optax_is_still_a_training_step(runs, jax_python, ref
 
 @pytest.mark.slow
 @pytest.mark.jax
+def test_an_evaluation_that_compiles_anew_each_time_is_recompilation(runs, jax_python, reference) -> None:
+    # a jit built inside the evaluation function compiles at every one of its 5 evaluations; the same cadence with
+    # the evaluation jitted once compiles at the first only
+    clean = l2(runs(jax_python, "jax_train.py", "--eval-every", "8"), "jax-cpu", reference)["recompilation"]
+    assert clean.status == "passed" and clean.measured["eval_recompile_steps"] == 0, clean.evidence
+    run = runs(jax_python, "jax_train.py", "--eval-every", "8", "--fault", "eval_jit_closure")
+    c = l2(run, "jax-cpu", reference)["recompilation"]
+    assert c.status == "failed" and "the evaluation compiled again at 4 later evaluations" in c.evidence, c.evidence
+    assert "jit(<lambda>)" in c.evidence
+
+
+@pytest.mark.slow
+@pytest.mark.jax
 def test_jax_on_cpu_when_tpu_expected_fails_platform(runs, jax_python, reference) -> None:
     run = runs(jax_python, "jax_train.py")
     c = l2(run, "jax-tpu", reference)["platform"]
@@ -366,12 +379,30 @@ def test_jax_batch_shape_changing_every_step_recompiles_train_step(runs, jax_pyt
 
 @pytest.mark.slow
 @pytest.mark.jax
-@pytest.mark.parametrize("fault", ["item", "item_method"])  # float(loss), loss.item()
+@pytest.mark.parametrize("fault", ["item", "item_method", "asarray"])  # float(loss), loss.item(), np.asarray(loss)
 def test_jax_float_every_step_is_host_syncs(runs, jax_python, reference, fault) -> None:
     # loss.item() reads through numpy, which on the CPU backend skips jax's _value: counted all the same
     run = runs(jax_python, "jax_train.py", "--fault", fault)
     c = l2(run, "jax-cpu", reference)["host_syncs"]
     assert c.status == "failed" and c.measured >= 1.0 and "jax.Array read" in c.evidence, c.evidence
+
+
+@pytest.mark.slow
+@pytest.mark.jax
+def test_an_optax_clip_is_compared_where_it_stands_in_the_chain(runs, torch_python, jax_python) -> None:
+    # torch clips the gradient (clip_grad_norm_) and adds its coupled decay inside the step, after the clip: an
+    # optax clip after the optimizer clips the update, and a decay added before the clip is clipped with it
+    ref = runs(torch_python, "torch_train.py", "--clip", "1.0")
+    ok = l2(runs(jax_python, "jax_train.py", "--clip", "gradient"), "jax-cpu", ref)["optimizer_unchanged"]
+    assert ok.status == "passed", ok.evidence
+    late = l2(runs(jax_python, "jax_train.py", "--clip", "update"), "jax-cpu", ref)["optimizer_unchanged"]
+    assert late.status == "failed" and "update_clip None -> 1.0" in late.evidence, late.evidence
+    assert "gradient clipping (global norm) 1.0 -> none" in late.evidence
+    ref_wd = runs(torch_python, "torch_train.py", "--clip", "1.0", "--fault", "weight_decay")
+    order = l2(runs(jax_python, "jax_train.py", "--clip", "clip_then_decay"), "jax-cpu", ref_wd)["optimizer_unchanged"]
+    assert order.status == "passed", order.evidence
+    bad = l2(runs(jax_python, "jax_train.py", "--clip", "decay_then_clip"), "jax-cpu", ref_wd)["optimizer_unchanged"]
+    assert bad.status == "failed" and "clipped with the gradient" in bad.evidence, bad.evidence
 
 
 @pytest.mark.slow

@@ -196,9 +196,23 @@ def recompilation(ctx: CheckContext) -> CheckResult:
         ref_late = max((len(g.second_half_steps) for g in compile_growth(ref, warmup_end(ctx, total_steps(ref)))),
                        default=0)
     allowed = ref_late + rules.max_late_compile_steps
+    ref_rep = 0
+    if ref is not None and ref.probe is not None:
+        ref_rep = max((len(g.eval_repeat_steps) for g in compile_growth(ref, warmup_end(ctx, total_steps(ref)))),
+                      default=0)
+    rep = max(growth, key=lambda g: len(g.eval_repeat_steps), default=None)
+    if rep is not None and len(rep.eval_repeat_steps) > ref_rep + rules.max_late_compile_steps:
+        fns = [str(e.get("function") or e.get("source")) for e in rep.eval_repeat_events]
+        top = max(set(fns), key=fns.count)
+        problems.append(
+            f"the evaluation compiled again at {len(rep.eval_repeat_steps)} later evaluations (after steps "
+            f"{', '.join(map(str, rep.eval_repeat_steps[:8]))}), against {ref_rep} in the reference (allowed "
+            f"{ref_rep + rules.max_late_compile_steps}); again and again: {top} ({fns.count(top)}x) — a function "
+            "built anew at each evaluation (a jit inside the evaluation function, a closure over the parameters)")
     worst = max(growth, key=lambda g: len(g.second_half_steps), default=None)
     measured = {"late_compile_steps": len(worst.second_half_steps) if worst else 0,
-                "first_half_compiles": worst.first_half if worst else 0}
+                "first_half_compiles": worst.first_half if worst else 0,
+                "eval_recompile_steps": len(rep.eval_repeat_steps) if rep else 0}
     threshold = {"allowed_late_compile_steps": allowed, "reference_late_compile_steps": ref_late,
                  "warmup_end_step": w}
     if worst is not None and len(worst.second_half_steps) > allowed:
@@ -536,7 +550,7 @@ def optimizer_diff(mine: dict[str, Any], theirs: dict[str, Any], ignore: list[st
         diffs.append(f"optimizer {'+'.join(opt_b)} -> {'+'.join(opt_a)}")
     shared = set.intersection(*[set(s) for *_, s in a + b]) if mine.get("framework") != theirs.get("framework") \
         else set.union(*[set(s) for *_, s in a + b])
-    shared |= {"weight_decay", "weight_decay_mode"}
+    shared |= {"weight_decay", "weight_decay_mode", "update_clip"}
 
     def proj(entries):
         return Counter((k, json.dumps({kk: s.get(kk) for kk in sorted(shared) if kk != "optimizer"}, sort_keys=True))

@@ -331,6 +331,10 @@ class CompileGrowth:
     second_half_steps: list[int]
     allowed: int  # evaluation's and the last step's compiles
     events: list[dict[str, Any]] = field(default_factory=list)
+    # evaluations after the first at which a function the evaluation compiled before compiled again: one graph
+    # for evaluation is allowed, not a new one at every evaluation (a jit built inside the evaluation function)
+    eval_repeat_steps: list[int] = field(default_factory=list)
+    eval_repeat_events: list[dict[str, Any]] = field(default_factory=list)
 
 
 def compile_growth(run: "RunRecord", warmup: int) -> list[CompileGrowth]:
@@ -342,6 +346,9 @@ def compile_growth(run: "RunRecord", warmup: int) -> list[CompileGrowth]:
         late_steps: set[int] = set()
         first = allowed = 0
         late_events = []
+        eval_first: dict[str, int] = {}
+        repeats: set[int] = set()
+        repeat_events = []
         for e in _compile_events(p):
             if e["kind"] == "graph_break":
                 continue
@@ -350,6 +357,11 @@ def compile_growth(run: "RunRecord", warmup: int) -> list[CompileGrowth]:
                 continue
             if e.get("eval") or s in evals or s >= steps:
                 allowed += 1
+                if e.get("eval") or s in evals:
+                    fn = str(e.get("function") or e.get("source"))
+                    if eval_first.setdefault(fn, int(s)) != int(s):
+                        repeats.add(int(s))
+                        repeat_events.append(e)
                 continue
             if s <= warmup:
                 continue
@@ -358,5 +370,6 @@ def compile_growth(run: "RunRecord", warmup: int) -> list[CompileGrowth]:
             else:
                 late_steps.add(int(s))
                 late_events.append(e)
-        out.append(CompileGrowth(p.get("pid"), steps, first, sorted(late_steps), allowed, late_events))
+        out.append(CompileGrowth(p.get("pid"), steps, first, sorted(late_steps), allowed, late_events,
+                                 sorted(repeats), repeat_events))
     return out

@@ -385,7 +385,33 @@ def _hook_host_reads(jax) -> bool:
         functools.update_wrapper(method, orig)
         method._ladder_wrapped = True
         setattr(cls, name, method)
+    _hook_numpy_reads(cls, count)
     return True
+
+
+def _hook_numpy_reads(cls, count) -> None:
+    """`np.asarray(x)` / `np.array(x)` of a jax.Array: on the CPU backend numpy takes the buffer through the C
+    buffer protocol, with no Python call jax's side could see, so the module functions are wrapped (an array
+    never read before is a host transfer; quietly inside, so an accelerator's _value is not counted twice).
+    Code that bound `from numpy import asarray` before the probe installed keeps the original, uncounted."""
+    numpy = sys.modules.get("numpy")
+    if numpy is None:
+        return
+    for name in ("asarray", "array"):
+        orig = getattr(numpy, name, None)
+        if orig is None or getattr(orig, "_ladder_wrapped", False):
+            continue
+
+        def fn(a, *args, _orig=orig, **kwargs):
+            if type(a) is cls and getattr(a, "_npy_value", 1) is None:
+                count("jax.Array read")
+                with core.quiet():
+                    return _orig(a, *args, **kwargs)
+            return _orig(a, *args, **kwargs)
+
+        functools.update_wrapper(fn, orig)
+        fn._ladder_wrapped = True
+        setattr(numpy, name, fn)
 
 
 def _hook_callbacks(jax) -> None:

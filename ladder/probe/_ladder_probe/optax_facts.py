@@ -218,7 +218,12 @@ def _settings(desc: dict, leaf: dict, out: dict, scaled: list) -> None:
     for child in desc["children"]:  # wrappers (apply_if_finite, MultiSteps-like): their inner transformation
         _settings(child["desc"], leaf, out, scaled)
     if fn == "clip_by_global_norm":
-        out.setdefault("clip", args.get("max_norm"))
+        if scaled:  # after the optimizer's scaling or momentum: it clips the update, not the gradient
+            out.setdefault("update_clip", args.get("max_norm"))
+        else:
+            out.setdefault("clip", args.get("max_norm"))
+            if out.get("decay_mode") == "coupled":  # torch adds coupled decay inside the step, after clip_grad_norm_
+                out["decay_mode"] = "coupled, clipped with the gradient"
     if fn == "add_decayed_weights":
         if _mask_of(objs, "mask", leaf, default=True) and args.get("weight_decay"):
             out["weight_decay"] = args.get("weight_decay")
