@@ -191,15 +191,10 @@ def recompilation(ctx: CheckContext) -> CheckResult:
         problems.append(f"torch.compile gave up on {e['function']} at step {e.get('step')}: {e['cause']} "
                         "(it recompiled on every call until the limit, then ran eagerly)")
     ref = ctx.reference()
-    ref_late = 0
-    if ref is not None and ref.probe is not None:
-        ref_late = max((len(g.second_half_steps) for g in compile_growth(ref, warmup_end(ctx, total_steps(ref)))),
-                       default=0)
+    ref_growth = compile_growth(ref, warmup_end(ctx, total_steps(ref))) if ref is not None and ref.probe else []
+    ref_late = max((len(g.second_half_steps) for g in ref_growth), default=0)
+    ref_rep = max((len(g.eval_repeat_steps) for g in ref_growth), default=0)
     allowed = ref_late + rules.max_late_compile_steps
-    ref_rep = 0
-    if ref is not None and ref.probe is not None:
-        ref_rep = max((len(g.eval_repeat_steps) for g in compile_growth(ref, warmup_end(ctx, total_steps(ref)))),
-                      default=0)
     rep = max(growth, key=lambda g: len(g.eval_repeat_steps), default=None)
     if rep is not None and len(rep.eval_repeat_steps) > ref_rep + rules.max_late_compile_steps:
         fns = [str(e.get("function") or e.get("source")) for e in rep.eval_repeat_events]
@@ -631,7 +626,6 @@ def clip_never_bound(probe: dict[str, Any], max_norm: float) -> tuple[bool, str]
     gn = probe.get("grad_norms") or {}
     steps = int(probe.get("optimizer_steps") or 0)
     seen = gn.get("clip_seen") or {}
-    top, over = None, "every step's norm"
     if isinstance(seen.get("max_pre_clip"), (int, float)) and int(seen.get("calls") or 0) >= steps > 0:
         top, over = float(seen["max_pre_clip"]), f"the {seen['calls']} norms clip_grad_norm_ received"
     else:
