@@ -369,49 +369,36 @@ def _hook_host_reads(jax) -> bool:
         return fget(self)
 
     cls._value = property(_value, doc=prop.__doc__)
-    # .item() and .tolist() go through numpy, which on the CPU backend reads the buffer directly without _value:
-    # counted here, once (quietly inside, so that an accelerator's _value read is not counted twice)
+    # .item() and .tolist() go through numpy, which on the CPU backend reads the buffer directly without _value;
+    # so do np.asarray(x) and np.array(x), through the C buffer protocol, with no Python call on jax's side.
+    # Counted where they are called. Code that bound `from numpy import asarray` before the probe installed
+    # keeps the original, uncounted.
     for name in ("item", "tolist"):
         orig = getattr(cls, name, None)
-        if orig is None or getattr(orig, "_ladder_wrapped", False):
-            continue
-
-        def method(self, *a, _orig=orig, **k):
-            if getattr(self, "_npy_value", 1) is None:
-                count("jax.Array read")
-            with core.quiet():
-                return _orig(self, *a, **k)
-
-        functools.update_wrapper(method, orig)
-        method._ladder_wrapped = True
-        setattr(cls, name, method)
-    _hook_numpy_reads(cls, count)
+        if orig is not None and not getattr(orig, "_ladder_wrapped", False):
+            setattr(cls, name, _counting_read(orig, cls, count))
+    numpy = sys.modules.get("numpy")
+    for name in ("asarray", "array"):
+        orig = getattr(numpy, name, None)
+        if orig is not None and not getattr(orig, "_ladder_wrapped", False):
+            setattr(numpy, name, _counting_read(orig, cls, count))
     return True
 
 
-def _hook_numpy_reads(cls, count) -> None:
-    """`np.asarray(x)` / `np.array(x)` of a jax.Array: on the CPU backend numpy takes the buffer through the C
-    buffer protocol, with no Python call jax's side could see, so the module functions are wrapped (an array
-    never read before is a host transfer; quietly inside, so an accelerator's _value is not counted twice).
-    Code that bound `from numpy import asarray` before the probe installed keeps the original, uncounted."""
-    numpy = sys.modules.get("numpy")
-    if numpy is None:
-        return
-    for name in ("asarray", "array"):
-        orig = getattr(numpy, name, None)
-        if orig is None or getattr(orig, "_ladder_wrapped", False):
-            continue
+def _counting_read(orig, cls, count):
+    """`orig`, counting a host read when its first argument is a jax.Array never read before (quietly inside,
+    so that an accelerator's _value read under it is not counted twice)."""
 
-        def fn(a, *args, _orig=orig, **kwargs):
-            if type(a) is cls and getattr(a, "_npy_value", 1) is None:
-                count("jax.Array read")
-                with core.quiet():
-                    return _orig(a, *args, **kwargs)
-            return _orig(a, *args, **kwargs)
+    def fn(a, *args, **kwargs):
+        if type(a) is cls and getattr(a, "_npy_value", 1) is None:
+            count("jax.Array read")
+            with core.quiet():
+                return orig(a, *args, **kwargs)
+        return orig(a, *args, **kwargs)
 
-        functools.update_wrapper(fn, orig)
-        fn._ladder_wrapped = True
-        setattr(numpy, name, fn)
+    functools.update_wrapper(fn, orig)
+    fn._ladder_wrapped = True
+    return fn
 
 
 def _hook_callbacks(jax) -> None:
