@@ -116,6 +116,7 @@ class Outcome:
     adapter_s: float | None  # the adapter call alone
     magnitude: str = ""  # the first differing tensor's max |diff|, relative difference and cosine
     curves: str = ""  # the detection benchmark's verdict on the same variant, "flagged k/n"
+    sides: dict[str, str] | None = None  # the two side runs, as ladder's checks take them (options["parity"])
 
 
 def example_cases(work: Path) -> tuple[Path, dict[str, Any], list[Case]]:
@@ -196,7 +197,8 @@ def run_program(work: Path, reference: Path, parse: dict[str, Any], cases: list[
         o = Outcome(c.program, c.variant, c.kind, c.stack, c.what, not report.passed,
                     first.tensor if first else ("; ".join(report.problems)[:120] if report.problems else ""),
                     record.wall_s if record else None, meta.get("adapter_s"),
-                    f"max|d| {first.max_abs_diff:.2g}, rel {first.rel_diff:.2g}, cos {first.cosine:.4f}" if first else "")
+                    f"max|d| {first.max_abs_diff:.2g}, rel {first.rel_diff:.2g}, cos {first.cosine:.4f}" if first else "",
+                    sides=runs.as_option())
         outcomes.append(o)
         print(f"  {o.variant:24s} {o.kind:8s} {o.stack:5s} {'FLAGGED' if o.flagged else 'passed ':8s} "
               f"{o.first[:40]:40s} {o.wall_s or 0:6.1f} s", flush=True)

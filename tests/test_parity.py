@@ -249,3 +249,65 @@ def test_example_port_passes_parity_and_its_planted_fault_names_the_loss(example
     runs, run = _example_parity(ws, target, _demo_fault(ws, target, f"{target}-fault"), f"{target}-fault")
     bad = check_parity(runs, run)
     assert bad.status == "failed" and bad.measured["tensor"] == "loss", bad.evidence
+
+
+L2_LOSS = """
+
+_MODELS = []  # make_optimizer registers the model; the loss reads its parameters when it is called
+
+
+class L2Loss(torch.nn.Module):
+    \"\"\"Cross-entropy plus FACTOR x sum of squared parameters: torch's coupled decay written into the loss.\"\"\"
+
+    def forward(self, out, y):
+        l2 = sum((p * p).sum() for p in _MODELS[-1].parameters())
+        return torch.nn.functional.cross_entropy(out, y) + FACTOR * l2
+"""
+
+
+@pytest.mark.slow
+def test_a_weight_decay_moved_into_the_loss_is_verified_by_parity_and_a_removed_or_doubled_one_is_not(
+        tmp_path: Path) -> None:
+    from ladder.baselines.store import Baseline, BaselineMeta
+    from ladder.checks.l2 import optimizer_unchanged
+
+    wd = 0.05
+    ws = graded(tmp_path)
+    sgd = "torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)"
+    decayed = f"torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9, weight_decay={wd})"
+    (ws / "train.py").write_text((ws / "train.py").read_text().replace(sgd, decayed))  # the reference decays
+    spec = load_spec(ws / "ladder.toml")
+    ref = execute_run(spec, "reference", "short", 0, source=ws, run_dir=tmp_path / "ref-short")
+    baseline = Baseline(root=tmp_path, meta=BaselineMeta(
+        name="t", version=1, created_at=ref.started_at, profile="reference", platform="cpu", seeds=[0], full_seeds=[],
+        spec_sha256="", protocol="ncsu"), short_runs=[ref], full_runs=[])
+    verdicts = {}
+    # moved: (wd/2)|w|^2 in the loss, no decay in SGD (the same gradient, the same update); doubled: wd|w|^2;
+    # removed: no decay anywhere
+    for name, factor in (("moved", wd / 2), ("doubled", wd), ("removed", None)):
+        port = port_copy(ws, name, {"train.py": (decayed, sgd)})
+        if factor is not None:
+            text = (port / "train.py").read_text().replace("return torch.nn.CrossEntropyLoss()", "return L2Loss()")
+            text = text.replace(f"    return {sgd}", f"    _MODELS.append(model)\n    return {sgd}")
+            text = text.replace("\n\ndef make_loss", L2_LOSS.replace("FACTOR", repr(factor)) + "\n\ndef make_loss", 1)
+            (port / "train.py").write_text(text)
+        run = execute_run(spec, "target", "short", 0, source=port, run_dir=tmp_path / f"{name}-short")
+        assert run.exit_code == 0 and run.probe["optimizers"][0]["param_groups"][0]["weight_decay"] == 0, run.last_lines
+        sides = run_parity(spec, port, tmp_path / f"p-{name}", reference_dir=tmp_path / "parity-reference")
+        ctx = lambda options: CheckContext(run=run, protocol=NCSU, baseline=baseline,  # noqa: E731
+                                           expected_platform="cpu", options=options)
+        with_parity = ctx({"parity": sides.as_option()})
+        verdicts[name] = (optimizer_unchanged(ctx({})), optimizer_unchanged(with_parity), parity(with_parity))
+    for name, (alone, l2, p) in verdicts.items():
+        assert alone.status == "failed" and "weight_decay 0.05 -> None" in alone.evidence, (name, alone.evidence)
+    alone, l2, p = verdicts["moved"]
+    assert l2.status == "passed" and "moved between the loss and the optimizer" in l2.evidence, l2.evidence
+    assert "c = 0.05" in l2.evidence, l2.evidence  # each gradient is the reference's plus 0.05 x the weights
+    assert p.status == "passed" and "moved weight decay" in p.evidence, p.evidence
+    # the loss and the gradients do differ, by the L2 term: the loss by exactly (wd/2)|w|^2
+    assert p.details["first_failure"]["tensor"] == "loss" and p.details["decay_loss_agrees"] is True, p.details
+    assert sum(r["tensor"].startswith("grads/") and not r["passed"] for r in p.details["rows"]) >= 4, p.details
+    for name in ("doubled", "removed"):
+        _, l2, p = verdicts[name]
+        assert l2.status == "failed" and "weight_decay 0.05 -> None" in l2.evidence, (name, l2.evidence)
+    assert verdicts["doubled"][2].status == "failed", verdicts["doubled"][2].evidence  # the update differs

@@ -149,8 +149,10 @@ def _baseline(root: Path, shorts: list[RunRecord], fulls: list[RunRecord]) -> Ba
     return Baseline(root, meta, shorts, fulls)
 
 
-def _judge(run: RunRecord, baseline: Baseline, protocol, platform: str, up_to: str, full_run=None):
-    ctx = CheckContext(run=run, protocol=protocol, baseline=baseline, expected_platform=platform, full_run=full_run)
+def _judge(run: RunRecord, baseline: Baseline, protocol, platform: str, up_to: str, full_run=None,
+           options: dict[str, Any] | None = None):
+    ctx = CheckContext(run=run, protocol=protocol, baseline=baseline, expected_platform=platform, full_run=full_run,
+                       options=options or {})
     return run_ladder(ctx, up_to=up_to)
 
 
@@ -168,22 +170,24 @@ class Verdict:
 
 
 def judge_trial(short: RunRecord, full: RunRecord, pool_short: list[RunRecord], pool_full: list[RunRecord],
-                protocol, platform: str, rule: str, seed: int) -> Verdict:
+                protocol, platform: str, rule: str, seed: int, options: dict[str, Any] | None = None) -> Verdict:
     """Judge one trial as the supervisor would. `rule`: "ladder" (calibrated, starting from the default
-    baseline of the other seeds, seeds added when undecided) or "fixed" (the paired reference seed)."""
+    baseline of the other seeds, seeds added when undecided) or "fixed" (the paired reference seed). `options`:
+    the checks' options, e.g. {"parity": sides} for ladder with its L1 parity check."""
+    judge = lambda *a, **k: _judge(*a, **k, options=options)  # noqa: E731
     if rule == "fixed":
         proto = protocol.model_copy(update={"l1": protocol.l1.model_copy(update={"rule": "fixed"})})
         ps = [r for r in pool_short if r.seed == seed] or pool_short[:1]
         pf = [r for r in pool_full if r.seed == seed] or pool_full[:1]
         base = _baseline(Path("."), ps, pf)
-        results = [_judge(short, base, proto, platform, "L2"), _judge(full, base, proto, platform, "L3")]
+        results = [judge(short, base, proto, platform, "L2"), judge(full, base, proto, platform, "L3")]
         extra = 0
     else:
         others_s = [r for r in pool_short if r.seed != seed]
         others_f = [r for r in pool_full if r.seed != seed]
         n_s, n_f = DEFAULT_SHORT, DEFAULT_FULL
         base = _baseline(Path("."), others_s[:n_s], others_f[:n_f])
-        results = [_judge(short, base, protocol, platform, "L2"), _judge(full, base, protocol, platform, "L3")]
+        results = [judge(short, base, protocol, platform, "L2"), judge(full, base, protocol, platform, "L3")]
         extra = 0
         for i, (res, kind) in enumerate(zip(results, ("short", "full"))):
             more = _more_seeds(res)
@@ -200,7 +204,7 @@ def judge_trial(short: RunRecord, full: RunRecord, pool_short: list[RunRecord], 
                 base2 = _baseline(Path("."), others_s[:n_s], others_f[:n_f2])
                 extra += n_f2 - n_f
             run = short if kind == "short" else full
-            results[i] = _judge(run, base2, protocol, platform, "L2" if kind == "short" else "L3")
+            results[i] = judge(run, base2, protocol, platform, "L2" if kind == "short" else "L3")
     failed, undecided = [], False
     for res, kind in zip(results, ("short", "full")):
         for c in res.checks:
@@ -335,7 +339,18 @@ def main() -> None:
                                "extra_seeds": verdict.extra_seeds,
                                "right_check": caught_by_expected(verdict, v.get("expect", []))}
                 if parity:
-                    join_parity(t, parity.get((pdir.name, v["name"])))
+                    outcome = parity.get((pdir.name, v["name"]))
+                    sides = (outcome or {}).get("sides")
+                    if sides and all(Path(sides[k], "parity.json").is_file() for k in ("reference", "target")):
+                        # ladder itself with the parity check: its L1 verdict, and the L2 rules that use it
+                        verdict = judge_trial(short, full, pool_short, pool_full, protocol, platform, "ladder", s,
+                                              {"parity": sides})
+                        t["parity"] = {"flagged": bool(outcome.get("flagged")), "first": outcome.get("first", "")}
+                        t["ladder_parity"] = {"flagged": verdict.flagged, "undecided": verdict.undecided,
+                                              "failed": verdict.failed, "extra_seeds": verdict.extra_seeds,
+                                              "right_check": caught_by_expected(verdict, v.get("expect", []))}
+                    else:  # results of an older parity run (no side directories): the joined verdicts
+                        join_parity(t, outcome)
                 trials.append(t)
     report(trials, args, time.time() - t_start)
 

@@ -676,25 +676,93 @@ def lr_difference(run_opt: dict[str, Any], ref_opt: dict[str, Any], run_steps: i
             f"differ by more than {tol:.0%}; at step {grid[last]}: {ref[last]:.6g} -> {near[1][last]:.6g})"), None
 
 
+def _parity_report(ctx: CheckContext):  # noqa: ANN202 - ParityReport, imported only where a parity run exists
+    sides = ctx.options.get("parity")
+    tol = ctx.protocol.parity.tolerances.get(sides["tolerance"]) if sides else None
+    if tol is None:
+        return None
+    from ladder.parity.compare import compare_sides
+
+    return compare_sides(Path(sides["reference"]), Path(sides["target"]), tol, sides["tolerance"])
+
+
 def _update_verified_by_parity(ctx: CheckContext) -> str | None:
     """An update written by hand (no optimizer object for the probe to read) is verified when this port's parity
     run passed with its parameters after K steps compared: the update rule, momentum, decay and clip of those
     steps computed the reference's numbers. None when no passing parity run says so."""
-    sides = ctx.options.get("parity")
-    if not sides:
+    report = _parity_report(ctx)
+    if report is None:
         return None
-    tol = ctx.protocol.parity.tolerances.get(sides["tolerance"])
-    if tol is None:
-        return None
-    from ladder.parity.compare import compare_sides  # the parity package only where a parity run exists
-
-    report = compare_sides(Path(sides["reference"]), Path(sides["target"]), tol, sides["tolerance"])
     params = [r for r in report.rows if r.tensor.startswith("params/")]
     if report.problems or not report.passed or not params:
         return None
     return (f"no optimizer object in the run (an update written by hand), verified at tensor level instead: "
             f"parity compared the {len(params)} parameters after its K steps with the reference's, all within "
-            f"{sides['tolerance']} (the rate beyond those steps is not compared)")
+            f"{report.tolerance} (the rate beyond those steps is not compared)")
+
+
+def decay_moved(run_opt: dict[str, Any], ref_opt: dict[str, Any], report: Any, ignore: list[str]) -> str | None:
+    """Where the two optimizers' weight decay differs: did the decay move into the loss (or out of it)? Proven
+    by a parity report only: every parameter after its K steps agrees, every gradient that differs is the
+    reference's plus c x the initial weights (an L2 term (c/2)|w|^2; a differing loss differs by exactly that
+    term), and the reference's coupled decay less each c gives, tensor for tensor (matched by shape), the decay
+    the run's optimizer applies. A tensor where no term can be told (zero initial weights, a difference within
+    rounding) matches any decay. A decay removed, doubled, or made decoupled fails one of these. The note that
+    says so, or None."""
+    if report is None or report.problems or not report.rows:
+        return None
+    terms = report.decay_terms
+    for r in report.rows:
+        if r.passed:
+            continue
+        if r.tensor == "loss" and report.decay_loss_agrees:
+            continue
+        if not (r.tensor.startswith("grads/") and r.tensor[len("grads/"):] in terms):
+            return None
+    if not any(r.tensor.startswith("params/") for r in report.rows) or not any(t["c"] for t in terms.values()):
+        return None
+    ref, run = tensor_settings(ref_opt, ignore), tensor_settings(run_opt, ignore)
+    if any(s.get("weight_decay_mode") not in (None, "coupled") for *_, s in ref + run):
+        return None  # decoupled decay (AdamW) is not an L2 term
+    ref_by_name = {t: (k, float(s.get("weight_decay") or 0.0)) for k, _, t, s in ref}
+    ref_by_key: dict[str, set[float]] = {}
+    for k, _, _, s in ref:
+        ref_by_key.setdefault(k, set()).add(float(s.get("weight_decay") or 0.0))
+    implied: dict[str, list[float | None]] = {}
+    for name, t in terms.items():
+        key = repr(tuple(sorted(int(x) for x in t["shape"])))
+        if name in ref_by_name and ref_by_name[name][0] == key:
+            wd = ref_by_name[name][1]
+        elif len(ref_by_key.get(key, ())) == 1:
+            wd = next(iter(ref_by_key[key]))  # the tensor's name differs, but every tensor of its shape decays alike
+        else:
+            return None
+        implied.setdefault(key, []).append(None if t["c"] is None else wd - float(t["c"]))
+    actual: dict[str, list[float]] = {}
+    for k, _, _, s in run:
+        actual.setdefault(k, []).append(float(s.get("weight_decay") or 0.0))
+    scale = max(abs(v) for vs in [*ref_by_key.values(), *actual.values()] for v in vs) if actual else 0.0
+    if set(implied) != set(actual) or scale == 0:
+        return None
+    for key, values in implied.items():
+        left = list(actual[key])
+        if len(values) != len(left):
+            return None
+        for x in sorted((v for v in values if v is not None), key=abs):
+            near = [y for y in left if abs(x - y) <= 0.02 * max(abs(x), abs(y)) + 1e-3 * scale]
+            if not near:
+                return None
+            left.remove(near[0])
+    moved = sorted({float(f"{t['c']:.3g}") for t in terms.values() if t["c"]}, key=abs)
+    n = sum(1 for t in terms.values() if t["c"])
+    unseen = [name for name, t in terms.items() if t["c"] is None]
+    return (f"the weight decay moved between the loss and the optimizer, verified by parity: {n} gradients differ "
+            f"from the reference's by exactly c x the initial weights (c = {', '.join(f'{c:.3g}' for c in moved)}), "
+            f"the L2 term the other side's optimizer applies as coupled decay"
+            + (", and the loss by that term" if report.decay_loss_agrees else "")
+            + "; every parameter after its K steps agrees"
+            + (f" ({len(unseen)} tensors where no term can be told, their initial weights zero or the difference "
+               f"within rounding: {', '.join(unseen[:4])})" if unseen else ""))
 
 
 @register(L, "optimizer_unchanged")
@@ -721,6 +789,13 @@ def optimizer_unchanged(ctx: CheckContext) -> CheckResult:
     diffs = optimizer_diff(mine[0], theirs[0], ignore)
     clip_ref = (theirs[0].get("clip") or {}).get("max_norm")
     notes: list[str] = []
+    if diffs and ctx.options.get("parity"):  # a weight-decay difference parity shows moved into the loss
+        no_decay = optimizer_diff(mine[0], theirs[0], [*ignore, "weight_decay"])
+        decay_only = [d for d in diffs if d not in no_decay]
+        moved = decay_moved(mine[0], theirs[0], _parity_report(ctx), ignore) if decay_only else None
+        if moved:
+            diffs = [d for d in diffs if d not in decay_only] + [d for d in no_decay if d not in diffs]
+            notes.append(moved)
     clip_run = (mine[0].get("clip") or {}).get("max_norm")
     if clip_ref is not None and clip_run is None:
         by_hand, why = clipped_by_hand(probe, ref.probe, float(clip_ref))

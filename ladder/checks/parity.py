@@ -21,6 +21,20 @@ def _fmt(x: float) -> str:
     return f"{x:.3g}"
 
 
+def _decay_moved(ctx: CheckContext, report) -> str | None:  # noqa: ANN001 - a ParityReport
+    """The L2 rule's account (ladder.checks.l2.decay_moved) of gradients that differ by c x the weights, on the
+    optimizers the probe saw in this run and its baseline run: parity alone cannot tell an L2 term the other
+    side's optimizer applies as decay from an added one."""
+    from ladder.checks.l2 import decay_moved
+
+    ref = ctx.reference()
+    mine = (ctx.run.probe or {}).get("optimizers") or []
+    theirs = ((ref.probe if ref is not None else None) or {}).get("optimizers") or []
+    if not mine or not theirs:
+        return None
+    return decay_moved(mine[0], theirs[0], report, ctx.protocol.l2.optimizer_ignore)
+
+
 @register("L1", NAME)
 def parity(ctx: CheckContext) -> CheckResult:
     if "parity" not in ctx.options:
@@ -42,6 +56,12 @@ def parity(ctx: CheckContext) -> CheckResult:
         return CheckResult(level="L1", name=NAME, status="failed", measured={"interface_problems": len(report.problems)},
                            threshold=threshold, evidence="interface: " + "; ".join(report.problems), details=details)
     first = report.first_failure
+    moved = _decay_moved(ctx, report) if first is not None else None
+    if moved:
+        return CheckResult(level="L1", name=NAME, status="passed", threshold=threshold, details=details,
+                           measured={"tensors": len(report.rows), "decay_terms": report.decay_terms},
+                           evidence=f"{sum(not r.passed for r in report.rows)} of {len(report.rows)} tensors beyond "
+                                    f"{tolerance}, all by a moved weight decay: {moved}")
     if first is not None:
         return CheckResult(
             level="L1", name=NAME, status="failed", threshold=threshold, details=details,

@@ -39,6 +39,13 @@ class ParityReport:
     rows: list[TensorRow] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)  # the interface stage: every problem at once
     sides: dict[str, Any] = field(default_factory=dict)  # per side: adapter, wall time, error
+    # per reference parameter whose gradient was compared: its shape and c, where the target's gradient is the
+    # reference's plus c x the initial weights (None where no such term can be told: zero weights, a difference
+    # within rounding; absent when a differing gradient is not of that form). A weight decay moved between the
+    # loss and the optimizer. With it, whether the loss differs by exactly the L2 term
+    # sum (c/2)|w|^2 (None: the loss was not compared, or it agrees as it is).
+    decay_terms: dict[str, dict[str, Any]] = field(default_factory=dict)
+    decay_loss_agrees: bool | None = None
 
     @property
     def first_failure(self) -> TensorRow | None:
@@ -52,7 +59,8 @@ class ParityReport:
         first = self.first_failure
         return {"tolerance": self.tolerance, "passed": self.passed, "problems": self.problems,
                 "first_failure": asdict(first) if first else None, "rows": [asdict(r) for r in self.rows],
-                "sides": self.sides}
+                "sides": self.sides, "decay_terms": self.decay_terms,
+                "decay_loss_agrees": self.decay_loss_agrees}
 
 
 def tolerance_name(choice: str, platform: str) -> str:
@@ -107,6 +115,23 @@ def _row_param(name: str, a: np.ndarray, b: np.ndarray, init: np.ndarray, tol: P
     max_abs, rel, cos = _measure(a, b, init)
     return TensorRow(f"params/{name}", max_abs, rel, cos, rel <= tol.param_rel and cos >= tol.param_min_cos,
                      f"rel to the update <= {tol.param_rel:g}, cos of updates >= {tol.param_min_cos:g}")
+
+
+def _decay_term(a: np.ndarray, b: np.ndarray, init: np.ndarray, row: TensorRow,
+                tol: ParityTolerance) -> float | None:
+    """c where the target's gradient a is the reference's b plus c x init: an L2 term (c/2)|w|^2 in one side's
+    loss that the other side's optimizer applies as weight decay. For a gradient beyond tolerance, c when the
+    rest is within it, else nan (not of that form). For one within it, c when the term explains most of the
+    small difference, else None (too small to tell: zero weights, equal gradients, or rounding)."""
+    a64, b64, w = (v.astype(np.float64).ravel() for v in (a, b, init))
+    ww = float(np.dot(w, w))
+    if ww == 0:
+        return None if row.passed else math.nan
+    c = float(np.dot(a64 - b64, w) / ww)
+    _, rel, cos = _measure(a64 - c * w, b64)
+    if row.passed:
+        return c if row.rel_diff > 0 and rel <= row.rel_diff / 2 else None
+    return c if rel <= tol.grad_rel and cos >= tol.grad_min_cos else math.nan
 
 
 @dataclass
@@ -225,7 +250,16 @@ def compare_sides(reference_dir: Path, target_dir: Path, tol: ParityTolerance, t
     weights, grads_ref, params_ref = ref.group("weights"), ref.group("grads"), ref.group("params")
     for name, init in weights.items():  # the reference's parameter order
         if name in grads_ref and name in grads_tgt and grads_tgt[name].shape == init.shape:
-            report.rows.append(_row_grad(name, grads_tgt[name], grads_ref[name], tol))
+            row = _row_grad(name, grads_tgt[name], grads_ref[name], tol)
+            report.rows.append(row)
+            c = _decay_term(grads_tgt[name], grads_ref[name], init, row, tol)
+            if c is None or math.isfinite(c):
+                report.decay_terms[name] = {"c": c, "shape": list(init.shape)}
+    loss_row = next((r for r in report.rows if r.tensor == "loss"), None)
+    if loss_row is not None and not loss_row.passed and report.decay_terms:
+        l2 = sum(float(t["c"] or 0.0) / 2 * float(np.sum(weights[n].astype(np.float64) ** 2))
+                 for n, t in report.decay_terms.items())
+        report.decay_loss_agrees = abs(tgt.loss - ref.loss - l2) <= tol.loss_rtol * abs(ref.loss)
     for name, init in weights.items():
         if name in params_ref and name in params_tgt and params_tgt[name].shape == init.shape:
             report.rows.append(_row_param(name, params_tgt[name], params_ref[name], init, tol))
