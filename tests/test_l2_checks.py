@@ -389,6 +389,18 @@ def test_jax_float_every_step_is_host_syncs(runs, jax_python, reference, fault) 
 
 @pytest.mark.slow
 @pytest.mark.jax
+def test_a_step_call_that_runs_several_steps_is_judged_per_logged_step(runs, jax_python, reference) -> None:
+    # a lax.scan over 10 stacked batches a call, its losses read once a call: 1 read a call is 0.1 a logged step,
+    # the reference's rate; reading each of the 10 losses on its own is a read a step
+    ok = l2(runs(jax_python, "jax_train.py", "--scan", "10"), "jax-cpu", reference)["host_syncs"]
+    assert ok.status == "passed" and "each step call covering 10 of the log's training steps" in ok.evidence, ok.evidence
+    assert ok.measured <= 0.15, ok.evidence
+    bad = l2(runs(jax_python, "jax_train.py", "--scan", "10", "--fault", "item"), "jax-cpu", reference)["host_syncs"]
+    assert bad.status == "failed" and bad.measured >= 0.9, bad.evidence
+
+
+@pytest.mark.slow
+@pytest.mark.jax
 def test_an_optax_clip_is_compared_where_it_stands_in_the_chain(runs, torch_python, jax_python) -> None:
     # torch clips the gradient (clip_grad_norm_) and adds its coupled decay inside the step, after the clip: an
     # optax clip after the optimizer clips the update, and a decay added before the clip is clipped with it

@@ -66,6 +66,8 @@ class L2Rules(_Section):
     host_sync_ops: list[str]
     host_read_slack: float
     host_read_margin: float
+    host_read_steps_per_call: float  # a step call covering at least this many logged steps (a scan over
+    # stacked batches) is judged per logged step
     optimizer_ignore: list[str]
     lr_rel_tol: float = 0.01  # the learning rate at a step differs beyond this (relative), one step's shift allowed
     lr_steps_share: float = 0.01  # ... at more than this share of the steps (and more than one): a changed rate

@@ -272,6 +272,15 @@ class ReadRate:
                 f"{self.after_training} after the last step, not judged; {ops or 'no reads'})")
 
 
+def logged_steps_per_step(run: "RunRecord") -> float | None:
+    """How many of the log's training steps one step of the probe's clock covers: the last logged step over
+    the most steps any process counted. 1 where each optimizer call is one training step; 25 for a port that
+    runs 25 steps in one jitted call (a `lax.scan` over stacked batches). None without a loss curve or steps."""
+    steps = max((_steps(p)[0] for p in (run.probe or {}).get("processes") or []), default=0)
+    last = max((pt.step for pt in run.loss_curve), default=0)
+    return last / steps if steps > 0 and last > 0 else None
+
+
 def eval_steps(run: "RunRecord", proc: dict[str, Any]) -> set[int]:
     """The steps after which an evaluation ran, for a process whose evaluations the probe could not see (no
     module switched to eval mode): from the log's eval lines (their step, else their time mapped through
