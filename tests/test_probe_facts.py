@@ -295,6 +295,14 @@ CLIP_CODE = textwrap.dedent("""
             total = torch.sqrt(sum(p.grad.pow(2).sum() for p in m.parameters()))
             for p in m.parameters():
                 p.grad.mul_(torch.clamp(0.5 / (total + 1e-6), max=1.0))
+        elif sys.argv[1] == "per_device":  # 4 shards' gradients, each clipped before their mean (the LoRA+ fault)
+            shards = []
+            for xs, ys in zip(x.chunk(4), y.chunk(4)):
+                g = torch.autograd.grad((m(xs) - ys).pow(2).mean(), list(m.parameters()))
+                n = torch.sqrt(sum(t.pow(2).sum() for t in g))
+                shards.append([t * torch.clamp(0.5 / (n + 1e-6), max=1.0) for t in g])
+            for p, *gs in zip(m.parameters(), *shards):
+                p.grad = sum(gs) / 4
         opt.step()
         print(f"step {step} loss {loss.item():.5f}")
 """)
@@ -326,3 +334,8 @@ def test_a_clip_written_by_hand_is_not_a_missing_clip(tmp_path) -> None:
     bad = check(missing, ref)
     assert bad.status == "failed" and "gradient clipping (global norm) 0.5 -> none" in bad.evidence
     assert "received gradient norms up to" in bad.evidence, bad.evidence
+    # each shard clipped at 0.5 before the mean: no norm above 0.5, but none at 0.5 either, where a global clip
+    # binding at every step leaves exactly 0.5
+    per_device = check(record("per_device"), ref)
+    assert per_device.status == "failed" and "gradient clipping (global norm) 0.5 -> none" in per_device.evidence
+    assert "made smaller some other way (clipped per device before the mean" in per_device.evidence, per_device.evidence

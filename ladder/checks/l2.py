@@ -607,21 +607,33 @@ def _finite_column(probe: dict[str, Any], col: int) -> list[float]:
     return out
 
 
-def clipped_by_hand(run_probe: dict[str, Any], ref_probe: dict[str, Any], max_norm: float) -> tuple[bool | None, str]:
+def clipped_by_hand(run_probe: dict[str, Any], ref_probe: dict[str, Any], max_norm: float,
+                    at_max_share: float) -> tuple[bool | None, str]:
     """A run whose optimizer shows no clipping where the reference clips at max_norm: does it clip by hand (a
     `g * min(1, c / ||g||)` the probe cannot see as a transformation)? Judged on the gradient norms its optimizer
-    received: True when none exceeds max_norm while the reference's clip bound; False when one exceeds it;
-    None when these runs cannot tell (no norms recorded, or the reference's clip never bound)."""
+    received: True when none exceeds max_norm while the reference's clip bound, and they sit at max_norm (where a
+    global clip binds it leaves exactly that norm) at no less than at_max_share of the reference's share of
+    binding steps; False when one exceeds it, or when they stay below it (clipped per device before the mean,
+    or at a smaller norm); None when these runs cannot tell (no norms recorded, or the reference's clip never
+    bound)."""
     received = _finite_column(run_probe, 1)
     if not received:
         return None, "the run recorded no gradient norms to tell"
     top = max(received)
     if top > max_norm * 1.001:
         return False, f"its optimizer received gradient norms up to {top:.4g}, above {max_norm:g}"
-    bound = [v for v in _finite_column(ref_probe, 3) if v > max_norm * 1.0001]
+    pre = _finite_column(ref_probe, 3)
+    bound = [v for v in pre if v > max_norm * 1.0001]
     if not bound:
         return None, (f"the {len(received)} gradient norms its optimizer received stay below {max_norm:g} (max "
                       f"{top:.4g}), and the reference's clip never bound: these runs cannot tell")
+    at_max = sum(v >= max_norm * 0.999 for v in received)
+    if at_max / len(received) < at_max_share * len(bound) / len(pre):
+        return False, (f"the {len(received)} gradient norms its optimizer received stay below {max_norm:g} (max "
+                       f"{top:.4g}), at {max_norm:g} at {at_max} steps, where the reference's clip bound at "
+                       f"{len(bound)} of {len(pre)} recorded steps: a global clip leaves a norm of exactly {max_norm:g} "
+                       f"where it binds, so these were made smaller some other way (clipped per device before the "
+                       f"mean, or at a smaller norm)")
     return True, (f"no clipping transformation seen in the run, but the {len(received)} gradient norms its optimizer "
                   f"received never exceed {max_norm:g} (max {top:.4g}) where the reference's clip bound at "
                   f"{len(bound)} recorded steps (pre-clip up to {max(bound):.4g}): clipped by hand")
@@ -807,7 +819,7 @@ def optimizer_unchanged(ctx: CheckContext) -> CheckResult:
             notes.append(moved)
     clip_run = (mine[0].get("clip") or {}).get("max_norm")
     if clip_ref is not None and clip_run is None:
-        by_hand, why = clipped_by_hand(probe, ref.probe, float(clip_ref))
+        by_hand, why = clipped_by_hand(probe, ref.probe, float(clip_ref), ctx.protocol.l2.clip_at_max_share)
         if not by_hand:
             idle, why_idle = clip_never_bound(ref.probe, float(clip_ref))
             by_hand, why = (True, f"the reference's clip: {why_idle}") if idle else (by_hand, why)

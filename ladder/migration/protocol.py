@@ -71,6 +71,9 @@ class L2Rules(_Section):
     optimizer_ignore: list[str]
     lr_rel_tol: float = 0.01  # the learning rate at a step differs beyond this (relative), one step's shift allowed
     lr_steps_share: float = 0.01  # ... at more than this share of the steps (and more than one): a changed rate
+    # a clip written by hand leaves the norm at max_norm where it binds: at under this share of the steps where the
+    # reference's clip bound, the norms the port's optimizer received are clipped some other way (per device)
+    clip_at_max_share: float = 0.25
     eval_items_must_match: bool
 
 
