@@ -102,6 +102,16 @@ def test_reference_passes_l2_against_itself(reference) -> None:
 
 
 @pytest.mark.slow
+def test_training_on_with_the_model_left_in_eval_mode_is_caught(runs, torch_python, reference) -> None:
+    # the evaluation at step 20 switches the model to eval mode and nothing switches it back: dropout is off for
+    # the 20 training steps after it (the reference switches back: none of its steps ran in eval mode)
+    run = runs(torch_python, "torch_train.py", "--fault", "no_train_mode")
+    c = l2(run, "cpu", reference)["evaluation_complete"]
+    assert c.status == "failed" and "20 of 40 training steps ran with Sequential still in eval mode" in c.evidence, c.evidence
+    assert "(0 of 40 steps)" in c.evidence
+
+
+@pytest.mark.slow
 def test_nan_mid_run_is_caught_with_its_step(runs, torch_python, reference) -> None:
     run = runs(torch_python, "torch_train.py", "--fault", "nan")
     c = l2(run, "cpu", reference)["numerics"]

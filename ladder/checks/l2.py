@@ -414,6 +414,33 @@ def _has(run: RunRecord, *module_names: str) -> bool:
     return any(any(m.startswith(n) for m in seen) for n in module_names)
 
 
+def _eval_mode_steps(run: RunRecord) -> tuple[int, int, dict[str, Any]]:
+    """(training steps taken while a module was still in eval mode, optimizer steps, the first such record), the
+    busiest process's: the torch probe counts optimizer steps inside an evaluation window left open."""
+    worst: tuple[int, int, dict[str, Any]] = (0, 0, {})
+    for p in (run.probe or {}).get("processes") or []:
+        rec = (p.get("torch") or {}).get("steps_in_eval_mode") or {}
+        n, steps = int(rec.get("steps") or 0), int((p.get("clock") or {}).get("steps") or 0)
+        if steps and n / steps > (worst[0] / worst[1] if worst[1] else -1):
+            worst = (n, steps, rec)
+    return worst
+
+
+def _trained_in_eval_mode(run: RunRecord, ref: RunRecord, share: float) -> str | None:
+    """Why the run trained with its dropout or batch norm off (evaluation switched the model to eval mode and
+    nothing switched it back), beyond the reference's share of such steps by `share`; None when it did not."""
+    n, steps, rec = _eval_mode_steps(run)
+    if n < 3 or not _has(run, "Dropout", "BatchNorm", "SyncBatchNorm"):
+        return None
+    rn, rsteps, _ = _eval_mode_steps(ref)
+    ref_share = rn / rsteps if rsteps else 0.0
+    if n / steps <= ref_share + share:
+        return None
+    return (f"{n} of {steps} training steps ran with {rec.get('module') or 'the model'} still in eval mode (from step "
+            f"{rec.get('first')}: an evaluation switched it to eval mode and model.train() was not called back), so "
+            f"its dropout or batch-norm layers did not train as they do in the reference ({rn} of {rsteps} steps)")
+
+
 @register(L, "evaluation_complete")
 def evaluation_complete(ctx: CheckContext) -> CheckResult:
     """Every evaluation the reference made, over as many items, in eval mode. Items come from the log when
@@ -448,6 +475,9 @@ def evaluation_complete(ctx: CheckContext) -> CheckResult:
                            "the run evaluated without switching its model to eval mode (model.eval() is missing): "
                            "its dropout or batch-norm layers stayed in training mode during evaluation; the "
                            f"reference did switch ({len(ref_windows)} evaluation windows)")
+    left = _trained_in_eval_mode(ctx.run, ref, rules.eval_mode_steps_share)
+    if left:
+        return _result(name, False, measured, threshold, left)
     if how is None:
         a, b = probe_eval_items(ctx.run), probe_eval_items(ref)
         measured["probe_items"], threshold["probe_items"] = a, b

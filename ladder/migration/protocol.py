@@ -74,6 +74,7 @@ class L2Rules(_Section):
     # a clip written by hand leaves the norm at max_norm where it binds: at under this share of the steps where the
     # reference's clip bound, the norms the port's optimizer received are clipped some other way (per device)
     clip_at_max_share: float = 0.25
+    eval_mode_steps_share: float = 0.02  # training steps in eval mode beyond the reference's share by this: a fault
     eval_items_must_match: bool
 
 

@@ -31,7 +31,7 @@ def reset() -> None:
     _s.clear()
     _s.update(forward_samples=0, param_devices={}, input_devices={}, first_seen={}, modules=[],
               fwd_handle=None, fwd_left=0, root=None, root_params=0, optimizers={}, eval_windows=[],
-              window=None, clip=None, scaler_steps=0, scaler_skipped=0, gn_cost=None, gn_recent=[],
+              window=None, steps_in_eval={"steps": 0, "first": None, "module": None}, clip=None, scaler_steps=0, scaler_skipped=0, gn_cost=None, gn_recent=[],
               gn_interval=None, gn_t=None, gn_timed=False, xla_live=None, modules_seen=[],
               dynamo={"recompiles": [], "graph_breaks": [], "recompile_limit": [], "counters": {}})
 
@@ -322,6 +322,12 @@ def _optimizer_pre_hook(optimizer, args, kwargs):
         if core.clock.source in core.Clock.FALLBACK and _s["clip"] is not None:
             _s["clip"]["step"] = 0  # the backward passes' clock is taken over below, from step 0
         step = core.clock.tick("torch optimizer.step")
+        w = _s["window"]
+        if w is not None:  # a training step while a module is still in eval mode (model.train() not called back)
+            ev = _s["steps_in_eval"]
+            ev["steps"] += 1
+            if ev["first"] is None:
+                ev["first"], ev["module"] = step, w["module"]
         if _grad_norms_on() and core.grad_norms.owner in (None, id(optimizer)):
             _grad_norm(optimizer, step)
         every = int(core.opts.get("sample_every", 50))
@@ -675,6 +681,7 @@ def snapshot() -> dict:
     facts = {k: _s[k] for k in ("forward_samples", "param_devices", "input_devices", "first_seen", "modules")}
     facts["module_types"] = _s.get("module_types") or []
     facts["grad_scaler"] = {"steps": _s["scaler_steps"], "skipped": _s["scaler_skipped"]}
+    facts["steps_in_eval_mode"] = dict(_s["steps_in_eval"])
     out = {"torch": facts,
            "eval_windows": _s["eval_windows"], "dynamo": _snapshot_dynamo()}
     try:
