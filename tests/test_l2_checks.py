@@ -112,6 +112,15 @@ def test_training_on_with_the_model_left_in_eval_mode_is_caught(runs, torch_pyth
 
 
 @pytest.mark.slow
+def test_a_forward_in_a_lower_precision_is_a_numerics_failure(runs, torch_python, reference) -> None:
+    # torch.autocast(bfloat16) around the training forward: every number finite, the precision changed
+    run = runs(torch_python, "torch_train.py", "--fault", "autocast_bf16")
+    c = l2(run, "cpu", reference)["numerics"]
+    assert c.status == "failed" and "a lower precision than the reference (autocast off -> cpu:bfloat16)" in c.evidence, \
+        c.evidence
+
+
+@pytest.mark.slow
 def test_nan_mid_run_is_caught_with_its_step(runs, torch_python, reference) -> None:
     run = runs(torch_python, "torch_train.py", "--fault", "nan")
     c = l2(run, "cpu", reference)["numerics"]

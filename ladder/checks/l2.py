@@ -294,6 +294,36 @@ FROZEN_MIN = 3  # frozen updates beyond the reference's before a port is said to
 FROZEN_MARGIN = 0.02  # ... and beyond the reference's share of judged steps by this much
 
 
+def _precision(probe: dict[str, Any] | None) -> tuple[set[str], set[str]]:
+    """(autocast regions, floating parameter dtypes) the torch probe saw in sampled forward calls, all processes."""
+    autocast, dtypes = set(), set()
+    for p in (probe or {}).get("processes") or []:
+        t = p.get("torch") or {}
+        autocast.update((t.get("autocast") or {}).keys())
+        dtypes.update(d for d in (t.get("param_dtypes") or {}) if d.startswith(("float", "bfloat", "half")))
+    return autocast, dtypes
+
+
+def precision_difference(probe: dict[str, Any] | None, ref_probe: dict[str, Any] | None) -> str | None:
+    """A port that lowers the precision of a full-precision reference: an autocast region or a half-precision
+    parameter dtype where the reference's forward calls ran in float32 (torch.autocast(dtype=bfloat16) kept
+    from a GPU recipe, a model cast to bf16). A reference already in mixed precision may change its half dtype
+    (fp16 autocast on CUDA, bf16 on a TPU): not judged. None when neither applies, or when either side's probe
+    sampled no forward call."""
+    (ac, dt), (rac, rdt) = _precision(probe), _precision(ref_probe)
+    if not (ac or dt) or not (rac or rdt):
+        return None
+    half = ("bfloat16", "float16", "half")
+    if rac - {"off"} or rdt & set(half):
+        return None
+    out = []
+    if ac - {"off"}:
+        out.append(f"autocast {', '.join(sorted(rac))} -> {', '.join(sorted(ac))}")
+    if dt & set(half):
+        out.append(f"parameters {', '.join(sorted(rdt))} -> {', '.join(sorted(dt))}")
+    return ("the model computes in a lower precision than the reference (" + "; ".join(out) + ")") if out else None
+
+
 def frozen_updates(probe: dict[str, Any] | None) -> tuple[int, int, int | None]:
     """Optimizer steps after which the parameters were bit for bit what they were before, though the gradient
     was not zero: the update was dropped (a bad-batch or non-finite guard written inside the step, as in
@@ -347,6 +377,9 @@ def numerics(ctx: CheckContext) -> CheckResult:
     if skipped > ref_skipped:
         problems.append(f"{skipped} optimizer steps skipped for non-finite gradients (GradScaler), the reference "
                         f"skipped {ref_skipped}")
+    precision = precision_difference(probe, ref.probe if ref else None)
+    if precision:
+        problems.append(precision)
     frozen, judged, first_frozen = frozen_updates(probe)
     ref_frozen, ref_judged, _ = frozen_updates(ref.probe if ref else None)
     ref_share = ref_frozen / ref_judged if ref_judged else 0.0

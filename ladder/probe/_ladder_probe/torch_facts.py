@@ -29,7 +29,7 @@ _tls = threading.local()
 
 def reset() -> None:
     _s.clear()
-    _s.update(forward_samples=0, param_devices={}, input_devices={}, first_seen={}, modules=[],
+    _s.update(forward_samples=0, param_devices={}, param_dtypes={}, autocast={}, input_devices={}, first_seen={}, modules=[],
               fwd_handle=None, fwd_left=0, root=None, root_params=0, optimizers={}, eval_windows=[],
               window=None, steps_in_eval={"steps": 0, "first": None, "module": None}, clip=None, scaler_steps=0, scaler_skipped=0, gn_cost=None, gn_recent=[],
               gn_interval=None, gn_t=None, gn_timed=False, xla_live=None, modules_seen=[],
@@ -243,11 +243,13 @@ def _forward_pre_hook(module, args):
     # Installed only while sampling: with no global hook, Module.__call__ keeps its fast path.
     try:
         _s["forward_samples"] += 1
-        pdev, first = _s["param_devices"], _s["first_seen"]
+        pdev, pdt, first = _s["param_devices"], _s["param_dtypes"], _s["first_seen"]
         n = 0
         for p in module.parameters():
             d = p.device.type
             pdev[d] = pdev.get(d, 0) + 1
+            t = str(p.dtype).replace("torch.", "")
+            pdt[t] = pdt.get(t, 0) + 1
             if d not in first:
                 first[d] = {"t": time.time(), "module": type(module).__name__, "what": "param"}
             n += 1
@@ -262,6 +264,8 @@ def _forward_pre_hook(module, args):
                 idev[d] = idev.get(d, 0) + 1
                 if d not in first:
                     first[d] = {"t": time.time(), "module": type(module).__name__, "what": "input"}
+        ac = _autocast_state()
+        _s["autocast"][ac] = _s["autocast"].get(ac, 0) + 1
         if len(_s["modules"]) < 20 and type(module).__name__ not in _s["modules"]:
             _s["modules"].append(type(module).__name__)
         if core.opts.get("param_nonfinite") and len(_s["modules_seen"]) < 8:
@@ -273,6 +277,21 @@ def _forward_pre_hook(module, args):
     except Exception as e:
         core.record_error("forward hook", e)
     return None
+
+
+def _autocast_state() -> str:
+    """The autocast regions a forward call runs in, as "cpu:bfloat16" (comma-joined; "off" for none): the
+    precision the model computes in, which a port may change with one context manager."""
+    import torch
+
+    on = []
+    for dev in ("cpu", "cuda", "xla"):
+        try:
+            if torch.is_autocast_enabled(dev):
+                on.append(f"{dev}:{str(torch.get_autocast_dtype(dev)).replace('torch.', '')}")
+        except Exception:  # a torch without the device-type API, or a device type it does not know
+            continue
+    return ",".join(on) or "off"
 
 
 # ---------------------------------------------------------------- optimizer
@@ -678,7 +697,8 @@ def snapshot() -> dict:
     if "torch" not in core.report["frameworks"]:
         return {}
     _close_window()
-    facts = {k: _s[k] for k in ("forward_samples", "param_devices", "input_devices", "first_seen", "modules")}
+    facts = {k: _s[k] for k in ("forward_samples", "param_devices", "param_dtypes", "autocast", "input_devices",
+                                "first_seen", "modules")}
     facts["module_types"] = _s.get("module_types") or []
     facts["grad_scaler"] = {"steps": _s["scaler_steps"], "skipped": _s["scaler_skipped"]}
     facts["steps_in_eval_mode"] = dict(_s["steps_in_eval"])
