@@ -49,6 +49,16 @@ def port_copy(ws: Path, name: str, edits: dict[str, tuple[str, str]] | None = No
     return dst
 
 
+def short_baseline(spec, ws: Path, tmp_path: Path):  # noqa: ANN001, ANN201
+    """A baseline of the reference's short run at seed 0, for the checks that compare with it."""
+    from ladder.baselines.store import Baseline, BaselineMeta
+
+    ref = execute_run(spec, "reference", "short", 0, source=ws, run_dir=tmp_path / "ref-short")
+    return Baseline(root=tmp_path, meta=BaselineMeta(
+        name="t", version=1, created_at=ref.started_at, profile="reference", platform="cpu", seeds=[0], full_seeds=[],
+        spec_sha256="", protocol="ncsu"), short_runs=[ref], full_runs=[])
+
+
 def check_parity(runs: ParityRuns, run: RunRecord):  # noqa: ANN201
     return parity(CheckContext(run=run, protocol=NCSU, options={"parity": runs.as_option()}))
 
@@ -171,15 +181,11 @@ class HandSGD:
 
 @pytest.mark.slow
 def test_a_hand_written_update_is_verified_by_parity_or_said_not_checked(tmp_path: Path) -> None:
-    from ladder.baselines.store import Baseline, BaselineMeta
     from ladder.checks.l2 import optimizer_unchanged
 
     ws = graded(tmp_path)
     spec = load_spec(ws / "ladder.toml")
-    ref = execute_run(spec, "reference", "short", 0, source=ws, run_dir=tmp_path / "ref-short")
-    baseline = Baseline(root=tmp_path, meta=BaselineMeta(
-        name="t", version=1, created_at=ref.started_at, profile="reference", platform="cpu", seeds=[0], full_seeds=[],
-        spec_sha256="", protocol="ncsu"), short_runs=[ref], full_runs=[])
+    baseline = short_baseline(spec, ws, tmp_path)
     verdicts = {}
     for name, momentum in (("hand", "0.9"), ("hand-bad", "0.8")):
         port = port_copy(ws, name, {"train.py": ("    return torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)",
@@ -268,7 +274,6 @@ class L2Loss(torch.nn.Module):
 @pytest.mark.slow
 def test_a_weight_decay_moved_into_the_loss_is_verified_by_parity_and_a_removed_or_doubled_one_is_not(
         tmp_path: Path) -> None:
-    from ladder.baselines.store import Baseline, BaselineMeta
     from ladder.checks.l2 import optimizer_unchanged
 
     wd = 0.05
@@ -277,10 +282,7 @@ def test_a_weight_decay_moved_into_the_loss_is_verified_by_parity_and_a_removed_
     decayed = f"torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9, weight_decay={wd})"
     (ws / "train.py").write_text((ws / "train.py").read_text().replace(sgd, decayed))  # the reference decays
     spec = load_spec(ws / "ladder.toml")
-    ref = execute_run(spec, "reference", "short", 0, source=ws, run_dir=tmp_path / "ref-short")
-    baseline = Baseline(root=tmp_path, meta=BaselineMeta(
-        name="t", version=1, created_at=ref.started_at, profile="reference", platform="cpu", seeds=[0], full_seeds=[],
-        spec_sha256="", protocol="ncsu"), short_runs=[ref], full_runs=[])
+    baseline = short_baseline(spec, ws, tmp_path)
     verdicts = {}
     # moved: (wd/2)|w|^2 in the loss, no decay in SGD (the same gradient, the same update); doubled: wd|w|^2;
     # removed: no decay anywhere
