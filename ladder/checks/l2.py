@@ -278,7 +278,7 @@ def host_syncs(ctx: CheckContext) -> CheckResult:
     ok = rate <= bound
     ref_desc = max(theirs, key=lambda r: r.per_step).describe() if theirs else "no training steps"
     ev = (f"run: {worst.describe()}{' in pid ' + str(worst.pid) if len(mine) > 1 else ''}"
-          + (f", each step call covering {cover:.3g} of the log's training steps (the reference's one): "
+          + (f", each step call covering {cover:.3g} of the log's training steps (relative to the reference's calls): "
              f"{rate:.3f} reads per logged step" if cover > 1 else "")
           + f"; reference: {ref_desc}; bound {base:.3f} x {rules.host_read_slack} + {rules.host_read_margin} = "
             f"{bound:.3f}")
