@@ -243,6 +243,12 @@ def join_parity(t: dict[str, Any], outcome: dict[str, Any] | None) -> None:
                               Verdict(True, False, ["parity:L1/parity:failed"]), t["expect"]))}
 
 
+def verdict_record(v: Verdict, expect: list[str]) -> dict[str, Any]:
+    """A trial's verdict under one rule, as results.json keeps it."""
+    return {"flagged": v.flagged, "undecided": v.undecided, "failed": v.failed, "extra_seeds": v.extra_seeds,
+            "right_check": caught_by_expected(v, expect)}
+
+
 def caught_by_expected(v: Verdict, expect: list[str]) -> bool:
     names = [f.split(":")[1] for f in v.failed if f.endswith(":failed")]
     return any(n == e or n.startswith(e + "/") for n in names for e in expect)
@@ -335,9 +341,7 @@ def main() -> None:
                      "metric": {"short": short.metric, "full": full.metric}}
                 for rule in ("ladder", "fixed"):
                     verdict = judge_trial(short, full, pool_short, pool_full, protocol, platform, rule, s)
-                    t[rule] = {"flagged": verdict.flagged, "undecided": verdict.undecided, "failed": verdict.failed,
-                               "extra_seeds": verdict.extra_seeds,
-                               "right_check": caught_by_expected(verdict, v.get("expect", []))}
+                    t[rule] = verdict_record(verdict, v.get("expect", []))
                 if parity:
                     outcome = parity.get((pdir.name, v["name"]))
                     sides = (outcome or {}).get("sides")
@@ -346,9 +350,7 @@ def main() -> None:
                         verdict = judge_trial(short, full, pool_short, pool_full, protocol, platform, "ladder", s,
                                               {"parity": sides})
                         t["parity"] = {"flagged": bool(outcome.get("flagged")), "first": outcome.get("first", "")}
-                        t["ladder_parity"] = {"flagged": verdict.flagged, "undecided": verdict.undecided,
-                                              "failed": verdict.failed, "extra_seeds": verdict.extra_seeds,
-                                              "right_check": caught_by_expected(verdict, v.get("expect", []))}
+                        t["ladder_parity"] = verdict_record(verdict, v.get("expect", []))
                     else:  # results of an older parity run (no side directories): the joined verdicts
                         join_parity(t, outcome)
                 trials.append(t)

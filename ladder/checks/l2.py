@@ -540,6 +540,11 @@ def _neutral(v: Any) -> Any:
     return None if v in (0, 0.0, False, None) and not isinstance(v, list) else v
 
 
+def shape_key(shape) -> str:  # noqa: ANN001 - any sequence of sizes
+    """A tensor's framework-neutral shape: its sorted sizes, so torch's [out, in] and flax's [in, out] match."""
+    return repr(tuple(sorted(int(x) for x in shape)))
+
+
 def tensor_settings(o: dict[str, Any], ignore: list[str]) -> list[tuple[str, tuple[int, ...], str | None, dict[str, Any]]]:
     """One entry per parameter tensor: (framework-neutral shape key, shape, name, settings). The shape key is
     the sorted dimensions, so torch's [out, in] and flax's [in, out] kernels match; settings are the
@@ -572,7 +577,7 @@ def tensor_settings(o: dict[str, Any], ignore: list[str]) -> list[tuple[str, tup
         settings = {k: _neutral(v) for k, v in h.items()}
         for tname, shape in g.get("tensors") or []:
             shape = tuple(int(x) for x in shape)
-            out.append((repr(tuple(sorted(shape))), shape, tname, settings))
+            out.append((shape_key(shape), shape, tname, settings))
     return out
 
 
@@ -814,7 +819,7 @@ def decay_moved(run_opt: dict[str, Any], ref_opt: dict[str, Any], report: Any, i
         ref_by_key.setdefault(k, set()).add(float(s.get("weight_decay") or 0.0))
     implied: dict[str, list[float | None]] = {}
     for name, t in terms.items():
-        key = repr(tuple(sorted(int(x) for x in t["shape"])))
+        key = shape_key(t["shape"])
         if name in ref_by_name and ref_by_name[name][0] == key:
             wd = ref_by_name[name][1]
         elif len(ref_by_key.get(key, ())) == 1:

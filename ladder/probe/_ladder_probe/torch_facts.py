@@ -29,9 +29,10 @@ _tls = threading.local()
 
 def reset() -> None:
     _s.clear()
-    _s.update(forward_samples=0, param_devices={}, param_dtypes={}, autocast={}, input_devices={}, first_seen={}, modules=[],
-              fwd_handle=None, fwd_left=0, root=None, root_params=0, optimizers={}, eval_windows=[],
-              window=None, steps_in_eval={"steps": 0, "first": None, "module": None}, clip=None, scaler_steps=0, scaler_skipped=0, gn_cost=None, gn_recent=[],
+    _s.update(forward_samples=0, param_devices={}, param_dtypes={}, autocast={}, input_devices={}, first_seen={},
+              modules=[], fwd_handle=None, fwd_left=0, root=None, root_params=0, optimizers={}, eval_windows=[],
+              window=None, steps_in_eval={"steps": 0, "first": None, "module": None}, clip=None, scaler_steps=0,
+              scaler_skipped=0, gn_cost=None, gn_recent=[],
               gn_interval=None, gn_t=None, gn_timed=False, xla_live=None, modules_seen=[],
               dynamo={"recompiles": [], "graph_breaks": [], "recompile_limit": [], "counters": {}})
 
