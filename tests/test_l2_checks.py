@@ -116,7 +116,8 @@ def test_a_forward_in_a_lower_precision_is_a_numerics_failure(runs, torch_python
     # torch.autocast(bfloat16) around the training forward: every number finite, the precision changed
     run = runs(torch_python, "torch_train.py", "--fault", "autocast_bf16")
     c = l2(run, "cpu", reference)["numerics"]
-    assert c.status == "failed" and "a lower precision than the reference (autocast off -> cpu:bfloat16)" in c.evidence, \
+    # (the evaluations' forward calls, sampled too, ran without autocast: "off" stays in the run's set)
+    assert c.status == "failed" and "a lower precision than the reference (autocast off -> cpu:bfloat16" in c.evidence, \
         c.evidence
 
 
@@ -324,6 +325,19 @@ def test_xla_port_that_builds_tensors_on_cpu_is_a_silent_fallback(runs, xla_pyth
     assert "tensors on cpu" in c.evidence and "Sequential" in c.evidence, c.evidence
 
 
+@pytest.mark.slow
+@pytest.mark.xla
+def test_an_xla_port_evaluating_on_a_host_copy_is_a_cpu_fallback(runs, xla_python, reference) -> None:
+    # training stays on the XLA device; each evaluation runs on a CPU copy of the model
+    run = runs(xla_python, "torch_train.py", "--device", "xla", "--fault", "eval_on_cpu")
+    checks = l2(run, "xla", reference)
+    c = checks["cpu_fallback"]
+    assert c.status == "failed" and "module forward calls on cpu" in c.evidence and "beside xla" in c.evidence, c.evidence
+    assert checks["platform"].status == "failed"
+    clean = runs(xla_python, "torch_train.py", "--device", "xla")
+    assert l2(clean, "xla", reference)["cpu_fallback"].status == "passed"
+
+
 # ---------------------------------------------------------------- JAX
 
 @pytest.mark.slow
@@ -378,6 +392,32 @@ def test_an_evaluation_that_compiles_anew_each_time_is_recompilation(runs, jax_p
     c = l2(run, "jax-cpu", reference)["recompilation"]
     assert c.status == "failed" and "the evaluation compiled again at 4 later evaluations" in c.evidence, c.evidence
     assert "jit(<lambda>)" in c.evidence
+
+
+@pytest.mark.slow
+@pytest.mark.jax
+def test_a_jax_key_used_again_repeats_dropout_or_data_order_and_fails_randomness(runs, jax_python, reference) -> None:
+    from ladder.checks.randomness import randomness
+
+    def check(*args: str) -> CheckResult:
+        run = runs(jax_python, "jax_train.py", *args)
+        return randomness(CheckContext(run=run, protocol=load_protocol(), baseline=_baseline(reference)))
+
+    assert randomness(CheckContext(run=reference, protocol=load_protocol(),
+                                   baseline=_baseline(reference))).status == "not_applicable"
+    # faithful: a key split anew each step, a constant key folded with the step number inside the step, a
+    # permutation whose key folds in the epoch
+    for args in (["--dropout", "split"], ["--dropout", "fold_in"], ["--shuffle", "epoch"]):
+        c = check(*args)
+        assert c.status == "passed" and c.measured["repeats"] == 0, (args, c.evidence)
+    # the same dropout key every step: the same mask each step, caught from the keys the step drew with
+    c = check("--dropout", "reused")
+    assert c.status == "failed" and "bernoulli draw traced in jit(train_step)" in c.evidence, c.evidence
+    assert "the same key in all 8 sampled calls" in c.evidence, c.evidence
+    # the same shuffle key every epoch (epochs start at steps 1, 15, 29): the same data order
+    c = check("--shuffle", "reused")
+    assert c.status == "failed" and "jax.random.permutation at jax_train.py:" in c.evidence, c.evidence
+    assert "the same key after 0 and after 14 training steps (2 of 3 calls" in c.evidence, c.evidence
 
 
 @pytest.mark.slow

@@ -79,7 +79,7 @@ _loaded = False
 def _load_builtin() -> None:
     # Importing the level modules registers their checks (idempotent: modules import once).
     global _loaded
-    from ladder.checks import l0, l1, l2, l3, l4, load_back, parity  # noqa: F401
+    from ladder.checks import l0, l1, l2, l3, l4, load_back, parity, randomness  # noqa: F401
 
     if _loaded:
         return

@@ -95,6 +95,11 @@ def _observed(probe: dict[str, Any]) -> dict[str, list[str]]:
     return {"torch": list(p.get("torch") or []), "xla": list(p.get("xla") or []), "jax": list(p.get("jax") or [])}
 
 
+def _first_seen(probe: dict[str, Any], dev: str, started_at: float) -> str:
+    f = ((probe.get("torch_devices") or {}).get("first_seen") or {}).get(dev)
+    return "" if not f else f" (first: {f.get('module')} {f.get('what')}s at +{f['t'] - started_at:.1f}s)"
+
+
 @register(L, "platform")
 def platform(ctx: CheckContext) -> CheckResult:
     name = "platform"
@@ -104,11 +109,9 @@ def platform(ctx: CheckContext) -> CheckResult:
     exp = ctx.expected_platform
     seen = _observed(probe)
     torch_set, jax_set = set(seen["torch"]), set(seen["jax"])
-    first = (probe.get("torch_devices") or {}).get("first_seen") or {}
 
     def where(dev: str) -> str:
-        f = first.get(dev)
-        return "" if not f else f" (first: {f.get('module')} {f.get('what')}s at +{f['t'] - ctx.run.started_at:.1f}s)"
+        return _first_seen(probe, dev, ctx.run.started_at)
 
     if exp in ("cpu", "cuda", "xla", "tpu"):
         want = "xla" if exp == "tpu" else exp
@@ -151,6 +154,15 @@ def cpu_fallback(ctx: CheckContext) -> CheckResult:
     if probe is None:
         return _no_probe(name)
     r = ctx.protocol.l2
+    want = {"xla": "xla", "tpu": "xla", "cuda": "cuda"}.get(ctx.expected_platform)
+    on = set(_observed(probe)["torch"])
+    if want in on and "cpu" in on:
+        # the model works on its device, and some of its forward calls take CPU tensors: part of the computation
+        # (an evaluation on a host copy, a module left behind) falls back to the CPU; a run with nothing on its
+        # device is the platform check's
+        return _result(name, False, sorted(on), want,
+                       f"module forward calls on cpu{_first_seen(probe, 'cpu', ctx.run.started_at)} beside {want}"
+                       f"{_first_seen(probe, want, ctx.run.started_at)}: part of the computation runs on the CPU")
     if "torch_xla" not in (probe.get("frameworks") or {}):
         return _not_applicable(name, "no PyTorch/XLA in the run: it has no aten:: fallback to count (a run that "
                                      "left its device fails the platform check)")

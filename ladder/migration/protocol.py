@@ -40,6 +40,7 @@ class L1Rules(_Section):
     trend_segments: int
     trend_flat_tol: float
     trend_near_flat: float
+    random_repeat_calls: int
 
 
 class CalibratedRules(_Section):

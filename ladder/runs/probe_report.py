@@ -246,9 +246,20 @@ def merge_reports(out_dir: Path, rules: "L2Rules | None" = None) -> dict[str, An
         "skipped_steps": skipped,
         "grad_norms": (main.get("grad_norms") or None),
         "seed": main.get("seed"),
+        "random": _random(reports),
         "errors": errors,
         "processes": reports,
     }
+
+
+def _random(reports: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The JAX random draws made while training, over every process (None when none drew)."""
+    facts = [((r.get("jax") or {}).get("random"), r.get("pid")) for r in reports]
+    facts = [(f, pid) for f, pid in facts if f]
+    if not facts:
+        return None
+    return {"step_draws": [{**d, "pid": pid} for f, pid in facts for d in f.get("step_draws") or []],
+            "host_draws": [{**d, "pid": pid} for f, pid in facts for d in f.get("host_draws") or []]}
 
 
 # ---------------------------------------------------------------- measures shared by run and baseline

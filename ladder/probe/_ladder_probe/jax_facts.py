@@ -11,6 +11,11 @@ step (a tuple of scalars), so they are recorded without a host callback inside t
 second trace: the step compiles exactly as often as without the probe. Values stay on the device until
 exit. A function whose update is traced under a nested transformation (shard_map, scan, vmap) counts
 steps but cannot hand its norms out; the report says so.
+
+Random draws: the key-consuming jax.random functions are wrapped. A draw traced in the training step hands
+its key data out beside the norms (kept for the first few calls), so the report can say whether each call
+drew with a new key; a draw on the host while training is fingerprinted at its call site, so a key used
+again at a later step (a shuffle with the same key each epoch) is counted.
 """
 
 from __future__ import annotations
@@ -24,6 +29,9 @@ import _ladder_probe as core
 
 SNAPSHOT_ORDER = 1
 _MAX_BY_STEP = 5000
+_KEYS_KEPT = 8  # step calls whose random draws' keys are kept
+_MAX_STEP_DRAWS = 16
+_MAX_HOST_SITES = 64
 _s: dict = {}
 _tls = threading.local()
 
@@ -31,10 +39,10 @@ _tls = threading.local()
 def reset() -> None:
     functions = _s.get("functions", [])  # wrapped functions outlive a fork: the child starts their counts anew
     for rec in functions:
-        rec.update(calls=0, by_step={})
+        rec.update(calls=0, by_step={}, keys=[])
     _s.clear()
     _s.update(backend=None, platforms=[], device_count=None, compiles=[], cache_hits=[], functions=functions,
-              host_reads_hooked=None)
+              host_reads_hooked=None, host_draws={})
 
 
 reset()
@@ -46,7 +54,7 @@ class Box:
     """What one trace of a wrapped function learns: whether the optimizer update ran inside it, and the
     norms it computed (tracers of this trace) to hand out as an extra output."""
 
-    __slots__ = ("trace", "update_seen", "grad_seen", "aux", "nested", "owner", "no_trace")
+    __slots__ = ("trace", "update_seen", "grad_seen", "aux", "nested", "owner", "no_trace", "draws")
 
     def __init__(self, owner) -> None:
         self.owner = owner
@@ -55,6 +63,7 @@ class Box:
         self.aux = None
         self.nested = False
         self.no_trace = None  # why this JAX cannot tell the current trace (older than unsafe_get_current_trace)
+        self.draws: list = []  # (function, key data) of each random draw made in this trace itself
         try:
             from jax._src import core as jcore
 
@@ -88,17 +97,17 @@ def current_box() -> Box | None:
 
 
 class Aux:
-    """The step's output with the probe's norms beside it (a pytree node, unpacked before the program
-    sees the output)."""
+    """The step's output with the probe's norms and the key data of its random draws beside it (a pytree
+    node, unpacked before the program sees the output)."""
 
-    __slots__ = ("out", "aux")
+    __slots__ = ("out", "aux", "keys")
 
-    def __init__(self, out, aux) -> None:
-        self.out, self.aux = out, aux
+    def __init__(self, out, aux, keys=None) -> None:
+        self.out, self.aux, self.keys = out, aux, keys
 
 
 def _register_aux(jax) -> None:
-    jax.tree_util.register_pytree_node(Aux, lambda a: ((a.out, a.aux), None), lambda _, c: Aux(*c))
+    jax.tree_util.register_pytree_node(Aux, lambda a: ((a.out, a.aux, a.keys), None), lambda _, c: Aux(*c))
 
 
 # ---------------------------------------------------------------- jit / pmap
@@ -130,7 +139,7 @@ class Traced:
         self._plain = None
         name = getattr(fun, "__name__", None) or type(fun).__name__
         self._rec = {"name": f"{kind}({name})", "calls": 0, "train": False, "traces": 0, "nested": False,
-                     "by_step": {}}
+                     "by_step": {}, "keys": [], "draws": []}
         core.append(_s["functions"], self._rec, 500)
         if kind == "jit":
             out_ok = "out_shardings" not in kwargs
@@ -170,8 +179,12 @@ class Traced:
                 if core.grad_norms.why_missing is None:
                     core.grad_norms.why_missing = (f"the optimizer update of {rec['name']} is traced under a "
                                                    "nested transformation (shard_map, scan, vmap)")
-            if box.aux is not None and self._aux_ok:
-                return Aux(out, box.aux)
+            keys = None
+            if box.draws and (box.update_seen or box.grad_seen):  # a training step's draws: their keys go out
+                rec["draws"] = [name for name, _ in box.draws]
+                keys = tuple(k for _, k in box.draws)
+            if (box.aux is not None or keys) and self._aux_ok:
+                return Aux(out, box.aux, keys)
             return out
 
         try:
@@ -185,7 +198,8 @@ class Traced:
         if outer is not None:  # called while another function is traced: not a host call
             res = self._jitted(*args, **kwargs)
             if type(res) is Aux:
-                outer.offer(res.aux)
+                if res.aux is not None:
+                    outer.offer(res.aux)
                 return res.out
             if self._rec["train"]:
                 outer.update_seen = True
@@ -210,7 +224,10 @@ class Traced:
                     b[0] += 1
                     b[1] += _rows(args) or 0
             if type(res) is Aux:
-                _keep(res.aux)
+                if res.aux is not None:
+                    _keep(res.aux)
+                if res.keys is not None and len(rec["keys"]) < _KEYS_KEPT:
+                    rec["keys"].append(res.keys)  # on the device until exit
                 return res.out
         except Exception as e:
             core.record_error("jit call", e)
@@ -351,6 +368,113 @@ def _wrap_pmap(jax) -> None:
     jax.pmap = pmap
 
 
+# ---------------------------------------------------------------- random draws
+
+# jax.random functions that consume a key. The same key gives the same numbers: JAX's contract is that a key
+# is used once, and a port that passes the step the same key each call (or shuffles each epoch with the
+# same key) repeats its dropout masks or its data order where the reference draws anew.
+_DRAWS = ("bernoulli", "normal", "uniform", "randint", "permutation", "choice", "categorical", "truncated_normal",
+          "gumbel", "exponential", "laplace", "logistic", "rademacher", "bits", "shuffle")
+
+
+def _hook_random(jax) -> None:
+    mod = getattr(jax, "random", None)
+    for name in _DRAWS:
+        orig = getattr(mod, name, None)
+        if callable(orig) and not getattr(orig, "_ladder_wrapped", False):
+            setattr(mod, name, _drawing(jax, name, orig))
+
+
+def _drawing(jax, name: str, orig):
+    def draw(*args, **kwargs):
+        try:
+            _note_draw(jax, name, args[0] if args else kwargs.get("key"))
+        except Exception as e:
+            core.record_error("random draw", e)
+        return orig(*args, **kwargs)
+
+    functools.update_wrapper(draw, orig)
+    draw._ladder_wrapped = True
+    return draw
+
+
+def _key_data(jax, key):
+    try:
+        if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
+            return jax.random.key_data(key)
+    except Exception:
+        pass
+    return key
+
+
+def _note_draw(jax, name: str, key) -> None:
+    """A draw inside a traced function is noted with its key (a tracer of that trace, or a constant) to hand
+    out as an output of the step; a draw on the host during training is fingerprinted where it is made."""
+    if key is None:
+        return
+    box = current_box()
+    tracer = isinstance(key, jax.core.Tracer)
+    if box is not None:
+        mine = box.trace is not None and getattr(key, "_trace", None) is box.trace
+        if (mine or not tracer) and len(box.draws) < _MAX_STEP_DRAWS:
+            box.draws.append((name, _key_data(jax, key)))
+        return
+    if tracer or core.clock.eval:  # an evaluation draws as the program likes (a fixed subset each time)
+        return
+    site = _site()
+    sites = _s["host_draws"]
+    rec = sites.get(site)
+    if rec is None:
+        if len(sites) >= _MAX_HOST_SITES:
+            return
+        rec = sites[site] = {"site": site, "draw": name, "calls": 0, "steps": {}, "reused": 0, "first_reuse": None}
+    with core.quiet():
+        fp = jax.device_get(_key_data(jax, key)).tobytes()
+    rec["calls"] += 1
+    step = core.clock.step
+    seen = rec["steps"].get(fp)
+    if seen is None:
+        if len(rec["steps"]) < 256:
+            rec["steps"][fp] = step
+    elif seen != step:  # the same key at another training step (one key for two aligned arrays is one step)
+        rec["reused"] += 1
+        if rec["first_reuse"] is None:
+            rec["first_reuse"] = [seen, step]
+
+
+def _site() -> str:
+    f = sys._getframe(3)
+    for _ in range(30):
+        if f is None:
+            break
+        name = f.f_code.co_filename
+        if not any(part in name for part in ("/jax/", "/flax/", "/optax/", "_ladder_probe")):
+            return f"{name.rsplit('/', 1)[-1]}:{f.f_lineno}"
+        f = f.f_back
+    return "?"
+
+
+def _random_facts() -> dict | None:
+    jax = sys.modules["jax"]
+    step_draws = []
+    for f in _s["functions"]:
+        kept = f.get("keys") or []
+        if not kept:
+            continue
+        with core.quiet():
+            host = jax.device_get(kept)
+        n = min(len(k) for k in host)
+        for i in range(n):
+            distinct = len({k[i].tobytes() for k in host})
+            step_draws.append({"function": f["name"], "draw": (f.get("draws") or ["?"] * n)[i], "calls": len(host),
+                               "distinct": distinct})
+    host_draws = [{"site": r["site"], "draw": r["draw"], "calls": r["calls"], "keys": len(r["steps"]),
+                   "reused": r["reused"], "first_reuse": r["first_reuse"]} for r in _s["host_draws"].values()]
+    if not step_draws and not host_draws:
+        return None
+    return {"step_draws": step_draws, "host_draws": host_draws, "kept_calls": _KEYS_KEPT}
+
+
 # ---------------------------------------------------------------- host reads
 
 def _hook_host_reads(jax) -> bool:
@@ -471,6 +595,10 @@ def on_jax(jax) -> None:
     for name in ("grad", "value_and_grad"):
         _wrap_grad(jax, name)
     try:
+        _hook_random(jax)
+    except Exception as e:
+        core.record_error("jax random", e)
+    try:
         _hook_callbacks(jax)
     except Exception as e:
         core.record_error("jax callbacks", e)
@@ -487,9 +615,14 @@ def snapshot() -> dict:
         _snapshot_backend()
     except Exception as e:
         core.record_error("jax backend", e)
-    functions = [{**{k: v for k, v in f.items() if k != "by_step"},
+    try:
+        random = _random_facts()
+    except Exception as e:
+        random = None
+        core.record_error("jax random draws", e)
+    functions = [{**{k: v for k, v in f.items() if k not in ("by_step", "keys")},
                   "by_step": [[s, c, r] for s, (c, r) in sorted(f["by_step"].items())]}
                  for f in _s["functions"] if f["calls"] or f["traces"]]
     return {"jax": {"backend": _s["backend"], "platforms": _s["platforms"], "device_count": _s["device_count"],
                     "compiles": _s["compiles"], "cache_hits": _s["cache_hits"],
-                    "host_reads_hooked": _s["host_reads_hooked"], "functions": functions}}
+                    "host_reads_hooked": _s["host_reads_hooked"], "functions": functions, "random": random}}

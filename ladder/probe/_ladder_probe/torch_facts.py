@@ -197,6 +197,7 @@ def _window(module, training: bool) -> None:
         _s["window"] = {"module": type(module).__name__, "ref": weakref.ref(module), "handle": handle,
                         "t0": time.time(), "step": core.clock.step, "batches": 0, "items": 0}
         core.clock.eval = True
+        _arm_forward_hook()  # devices and precision are sampled in each evaluation too (an evaluation on a host copy)
         return
     if w is not None and w["ref"]() is module:
         _close_window()

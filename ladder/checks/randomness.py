@@ -1,0 +1,72 @@
+"""L1 `randomness`: the port draws new random numbers where the reference does.
+
+A JAX key gives the same numbers every time it is used. A port that hands its training step the same key
+each call repeats its dropout masks every step; one that shuffles each epoch with the same key repeats its
+data order. Both stay within seed noise for a long time, so neither the curves nor the metric show them.
+The probe (ladder/probe/_ladder_probe/jax_facts.py) records, for each random draw traced in the training
+step, how many distinct keys the first calls used, and for each draw made on the host while training,
+whether a key was used again at a later step.
+
+Relative to the reference: a repeat the reference's own run makes as well is not the port's. A torch
+reference has no keys (its generators advance by themselves), so it repeats nothing. A run that drew no
+JAX random numbers while training has nothing to judge: not_applicable.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ladder.checks import CheckContext, not_checked, register
+from ladder.checks.results import CheckResult
+
+NAME = "randomness"
+
+
+def _facts(probe: dict[str, Any] | None) -> dict[str, Any] | None:
+    return (probe or {}).get("random")
+
+
+def repeats(facts: dict[str, Any] | None, min_calls: int) -> list[str]:
+    """What this run's random draws repeat, one line each (none when every draw had a new key)."""
+    out = []
+    for d in (facts or {}).get("step_draws") or []:
+        if d["calls"] >= min_calls and d["distinct"] < d["calls"]:
+            same = "the same key in all" if d["distinct"] == 1 else f"only {d['distinct']} distinct keys in"
+            out.append(f"the {d['draw']} draw traced in {d['function']} used {same} {d['calls']} sampled calls: "
+                       "the same random numbers (a dropout mask, a noise sample) step after step")
+    for h in (facts or {}).get("host_draws") or []:
+        if h["reused"]:
+            first, again = h["first_reuse"] or ["?", "?"]
+            out.append(f"jax.random.{h['draw']} at {h['site']} drew with the same key after {first} and after "
+                       f"{again} training steps ({h['reused']} of {h['calls']} calls reuse a key): the same draw, "
+                       "e.g. the same data order every epoch")
+    return out
+
+
+@register("L1", NAME)
+def randomness(ctx: CheckContext) -> CheckResult:
+    probe = ctx.run.probe
+    if probe is None:
+        return not_checked("L1", NAME, "no probe report: the run's random draws are unknown")
+    facts = _facts(probe)
+    if facts is None:
+        return CheckResult(level="L1", name=NAME, status="not_applicable",
+                           evidence="the run drew no JAX random numbers while training (torch's generators advance "
+                                    "by themselves; initialisation and evaluation draws are the program's choice)")
+    min_calls = ctx.protocol.l1.random_repeat_calls
+    mine = repeats(facts, min_calls)
+    ref = ctx.reference()
+    theirs = repeats(_facts(ref.probe if ref is not None else None), min_calls)
+    measured = {"step_draws": len(facts.get("step_draws") or []), "host_draw_sites": len(facts.get("host_draws") or []),
+                "repeats": len(mine), "reference_repeats": len(theirs)}
+    details = {"run": facts, "reference": _facts(ref.probe if ref is not None else None)}
+    if len(mine) > len(theirs):
+        return CheckResult(level="L1", name=NAME, status="failed", measured=measured,
+                           threshold={"repeats": len(theirs), "min_calls": min_calls},
+                           evidence="; ".join(mine) + (f" (the reference repeats {len(theirs)})" if theirs else
+                                                       " (the reference draws anew each time)"), details=details)
+    n = measured["step_draws"] + measured["host_draw_sites"]
+    return CheckResult(level="L1", name=NAME, status="passed", measured=measured,
+                       threshold={"repeats": len(theirs), "min_calls": min_calls},
+                       evidence=f"{n} random draw site(s) while training, each with a new key per step"
+                                + (f"; the reference repeats as much: {theirs[0]}" if theirs else ""), details=details)
