@@ -77,6 +77,39 @@ def test_a_native_abort_is_named_by_its_fatal_line() -> None:
     assert "0x7f" not in note.diagnosis  # not the stack trace's last line
 
 
+def test_a_collective_timeout_of_fake_cpu_devices_is_the_machines_failure_not_the_ports() -> None:
+    # The same recorded abort: 4 fake CPU devices (threads of one process) whose all-reduce timed out while the
+    # machine ran another run on its 2 cores. On the host that is the infrastructure's failure: L0 says
+    # not_checked and the supervisor (and the detection benchmark) start the run again. On accelerators the
+    # same line means a rank died or took another branch: the port's.
+    from ladder.checks import CheckContext, run_ladder
+    from ladder.migration.protocol import load_protocol
+    from ladder.migration.spec import Profile
+    from ladder.runs.execute import starved_collectives
+
+    rec = json.loads((Path(__file__).parent / "fixtures" / "crashes" / "xla_rendezvous_abort.json").read_text())
+
+    def run(exit_code: int, lines: list[str]) -> RunRecord:
+        return RunRecord(run_id="r", kind="full", profile="target", platform="jax-cpu", seed=1,
+                         command="python train.py", cwd=".", started_at=0.0, ended_at=63.4, exit_code=exit_code,
+                         timeout_s=3600, provenance=Provenance(source="recorded"), last_lines=lines)
+
+    aborted = run(rec["exit_code"], rec["last_lines"])
+    infra = starved_collectives(aborted, Profile(platform="jax-cpu", price_per_hour=0), {})
+    assert infra is not None and infra.kind == "collectives_starved" and "Termination timeout for `all reduce" in infra.detail
+    xla_cpu = starved_collectives(aborted, Profile(platform="xla", price_per_hour=0), {"PJRT_DEVICE": "CPU"})
+    assert xla_cpu is not None
+    for platform in ("jax-tpu", "jax-gpu", "tpu", "cuda"):  # real devices: the port's failure
+        assert starved_collectives(aborted, Profile(platform=platform, price_per_hour=0), {"PJRT_DEVICE": "TPU"}) is None, platform
+    # another native abort on the host stays the port's
+    other = run(134, ["F1202 08:44:30.230733 9 pjrt_client.cc:11] Check failed: shape mismatch"])
+    assert starved_collectives(other, Profile(platform="jax-cpu", price_per_hour=0), {}) is None
+    aborted.infrastructure = infra
+    finished = next(c for c in run_ladder(CheckContext(run=aborted, protocol=load_protocol()), up_to="L0").checks
+                    if c.name == "finished")
+    assert finished.status == "not_checked" and "collectives_starved" in finished.evidence, finished.evidence
+
+
 @pytest.mark.slow
 def test_silent_l1_divergence_says_which_way_and_how_far(tiny: Path, tmp_path: Path) -> None:
     result, run, run_dir = _checked(tiny, _port(tiny, tmp_path, "default=0.0)", "default=0.05)"))

@@ -123,21 +123,37 @@ class Job:
 
 
 def _execute(spec_path: Path, job: Job, reuse: bool) -> RunRecord | None:
-    if (job.run_dir / "run.json").exists():
+    """The job's run: recorded, or executed. A run the infrastructure failed (fake CPU devices' collectives
+    starved by the machine's load) is started again, [infrastructure].max_retries times, as the supervisor
+    does; every try keeps its own directory (`<run_dir>-try2`, ...) and the last one stands."""
+    spec = load_spec(spec_path)
+    tries = 1 + load_spec_protocol(spec).infrastructure.max_retries
+    rec = None
+    for i in range(tries):
+        run_dir = job.run_dir if i == 0 else job.run_dir.with_name(f"{job.run_dir.name}-try{i + 1}")
+        last, rec = rec, _recorded(run_dir)
+        if rec is None:
+            if reuse:
+                return last  # only what was recorded: the last try, or nothing
+            t0 = time.time()
+            rec = execute_run(spec, job.profile, job.kind, job.seed, source=job.source, run_dir=run_dir)
+            print(f"  {job.program} {job.profile} {job.kind} s{job.seed}: exit {rec.exit_code} metric {rec.metric} "
+                  f"({time.time() - t0:.0f}s)" + (f" -- infrastructure: {rec.infrastructure.detail[:120]}"
+                                                  if rec.infrastructure else ""), flush=True)
+        if rec.infrastructure is None:
+            return rec
+    return rec
+
+
+def _recorded(run_dir: Path) -> RunRecord | None:
+    if (run_dir / "run.json").exists():
         try:
-            rec = RunRecord.load(job.run_dir)
+            rec = RunRecord.load(run_dir)
             if rec.ended_at is not None:
                 return rec
         except Exception:
             pass
-    if reuse:
-        return None
-    spec = load_spec(spec_path)
-    t0 = time.time()
-    rec = execute_run(spec, job.profile, job.kind, job.seed, source=job.source, run_dir=job.run_dir)
-    print(f"  {job.program} {job.profile} {job.kind} s{job.seed}: exit {rec.exit_code} metric {rec.metric} "
-          f"({time.time() - t0:.0f}s)", flush=True)
-    return rec
+    return None
 
 
 # ---------------------------------------------------------------- judging

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import shlex
 import shutil
 import threading
@@ -26,7 +27,7 @@ from ladder.runs.envs import Environment, ensure_env, package_list, resolve_inte
 from ladder.runs.parse import OutputParser
 from ladder.migration.protocol import Protocol
 from ladder.runs.provenance import provenance
-from ladder.runs.records import RunRecord
+from ladder.runs.records import InfrastructureFailure, RunRecord
 from ladder.runs.runner import LineSink, RunRequest, get_runner
 from ladder.runs.runner.sandbox import resolve as resolve_sandbox
 from ladder.runs.runner.scrub import scrubbed_env
@@ -271,11 +272,32 @@ def execute_run(spec: Spec, profile_name: str, kind: str, seed: int = 0, source:
     record.integrity = changes(guarded, protected_state(spec))
     record.notes += collect_export(spec, kind, cwd, run_dir)
     fill_output(record, parser, patterns=kind in ("short", "full"))
+    record.infrastructure = starved_collectives(record, profile, env)
     record.save(run_dir)
     write_manifest(run_dir)
     if progress:
         progress("end", end_event(record, run_dir))
     return record
+
+
+# XLA's fatal line when a collective's participants did not all arrive in time (xla/service/rendezvous.cc)
+_RENDEZVOUS_ABORT = re.compile(r"^F\d{4} .*rendezvous\.cc:\d+\] .*Termination timeout for ")
+
+
+def starved_collectives(record: RunRecord, profile: Profile, env: dict[str, str]) -> InfrastructureFailure | None:
+    """A run on fake CPU devices (XLA's host platform split into several devices, PJRT_DEVICE=CPU) that aborted
+    because a collective's participants, threads of one process, did not all arrive in time: they were starved
+    of the machine's cores by other work. On accelerators the same abort means a rank died or took another
+    branch, the code's failure; on the host it is the machine's, and the run is started again."""
+    on_host = profile.platform in ("cpu", "jax-cpu") or (profile.platform == "xla" and env.get("PJRT_DEVICE") == "CPU")
+    if not on_host or record.exit_code in (0, None) or record.timed_out:
+        return None
+    fatal = next((line.strip() for line in record.last_lines + record.error_lines if _RENDEZVOUS_ABORT.match(line)), None)
+    if fatal is None:
+        return None
+    return InfrastructureFailure(kind="collectives_starved",
+                                 detail=f"a collective of the host's fake devices timed out (exit code "
+                                        f"{record.exit_code}): {fatal[:300]}")
 
 
 def tagged(progress: Progress | None, tags: dict) -> Progress | None:

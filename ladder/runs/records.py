@@ -50,9 +50,11 @@ INFRASTRUCTURE_KINDS = ("connection_lost", "preempted", "remote_lost", "env_buil
 
 
 class InfrastructureFailure(BaseModel):
-    """The machine or the connection failed, not the code under test (remote runners only)."""
+    """The machine or the connection failed, not the code under test: a remote runner's connection, machine or
+    environment; locally, the collectives of fake CPU devices starved by a loaded machine."""
 
-    kind: Literal["connection_lost", "preempted", "remote_lost", "env_build_failed", "launch_failed"]
+    kind: Literal["connection_lost", "preempted", "remote_lost", "env_build_failed", "launch_failed",
+                  "collectives_starved"]
     detail: str
 
 
