@@ -122,6 +122,41 @@ def test_a_forward_in_a_lower_precision_is_a_numerics_failure(runs, torch_python
 
 
 @pytest.mark.slow
+def test_a_jax_step_computing_in_bfloat16_over_float32_parameters_is_a_numerics_failure(runs, jax_python,
+                                                                                       reference) -> None:
+    # Flax's dtype=bfloat16 habit: parameters, gradients and optimizer stay float32, the matmuls take bfloat16
+    # operands; the probe reads the operand dtypes while the step is traced (no device read, no graph change)
+    plain = runs(jax_python, "jax_train.py")
+    step = next(f for f in plain.probe["processes"][0]["jax"]["functions"] if f["train"])
+    assert step["compute"].get("float32", 0) >= 4 and "bfloat16" not in step["compute"], step
+    assert l2(plain, "jax-cpu", reference)["numerics"].status == "passed"
+    run = runs(jax_python, "jax_train.py", "--bf16")
+    c = l2(run, "jax-cpu", reference)["numerics"]
+    assert c.status == "failed" and "training-step matmul and convolution operands in bfloat16" in c.evidence, c.evidence
+    assert "the reference: parameters float32, autocast off" in c.evidence, c.evidence
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("device", ["cpu", pytest.param("xla", marks=pytest.mark.xla)])
+def test_a_loop_without_zero_grad_accumulates_gradients_and_changes_the_optimisation(request, runs, reference,
+                                                                                      device) -> None:
+    # zero_grad() dropped: each step's .grad is the previous step's tensor, added to in place (the probe keeps a
+    # weak reference and the version counter: no value is read); on XLA's lazy tensors as on the CPU
+    python = request.getfixturevalue("torch_python" if device == "cpu" else "xla_python")
+    expected = "cpu" if device == "cpu" else "xla"
+    run = runs(python, "torch_train.py", "--device", device, "--fault", "no_zero_grad")
+    stale = run.probe["processes"][0]["torch"]["stale_grad_steps"]
+    assert stale["steps"] == stale["judged"] == 39 and stale["first"] == 2, stale
+    c = l2(run, expected, reference)["optimizer_unchanged"]
+    assert c.status == "failed" and "gradients accumulate across optimizer steps: at 39 of 39 steps" in c.evidence, \
+        c.evidence
+    assert "the reference 0 of 39" in c.evidence, c.evidence
+    clean = runs(python, "torch_train.py", "--device", device)
+    assert clean.probe["processes"][0]["torch"]["stale_grad_steps"]["steps"] == 0
+    assert "accumulate" not in l2(clean, expected, reference)["optimizer_unchanged"].evidence
+
+
+@pytest.mark.slow
 def test_nan_mid_run_is_caught_with_its_step(runs, torch_python, reference) -> None:
     run = runs(torch_python, "torch_train.py", "--fault", "nan")
     c = l2(run, "cpu", reference)["numerics"]
@@ -303,6 +338,23 @@ def test_xla_unique_is_a_cpu_fallback_named_per_step(runs, xla_python, reference
     c = l2(run, "xla", reference)["cpu_fallback"]
     assert c.status == "failed"
     assert "aten::_unique2 x40 (1.00/step)" in c.evidence, c.evidence
+
+
+@pytest.mark.slow
+@pytest.mark.xla
+def test_a_boolean_mask_on_each_batch_is_a_host_read_judged_against_the_reference(runs, torch_python, xla_python,
+                                                                                  reference) -> None:
+    # batch[mask] has a data-dependent size: on XLA each step executes the pending graph and runs aten::nonzero
+    # on the CPU (an allowed counter, so cpu_fallback stays quiet); the probe counts the masked index as a read
+    run = runs(xla_python, "torch_train.py", "--device", "xla", "--fault", "mask_filter")
+    assert run.probe["aten_counters"].get("aten::nonzero", 0) >= 40, run.probe["aten_counters"]
+    checks = l2(run, "xla", reference)
+    c = checks["host_syncs"]
+    assert c.status == "failed" and "mask_index x80" in c.evidence, c.evidence
+    # relative to the reference: one that filters its batches the same way reads as much, and the port passes
+    masked_ref = runs(torch_python, "torch_train.py", "--fault", "mask_filter")
+    same = l2(run, "xla", masked_ref)["host_syncs"]
+    assert same.status == "passed" and "mask_index x80" in same.evidence, same.evidence
 
 
 @pytest.mark.slow

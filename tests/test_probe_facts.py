@@ -279,6 +279,42 @@ def test_a_parameter_one_side_lacks_is_named() -> None:
     assert "weight_decay 0.1 -> None" in diffs[1] and "wte.weight" in diffs[1] and "(32, 65)" in diffs[1]
 
 
+def _attention(split: bool, bias_mask: bool = False) -> dict:
+    """One attention layer: torch's fused c_attn (192, 64) + bias (192,) and c_proj, or flax's
+    MultiHeadDotProductAttention (query/key/value kernels (64, 4, 16), biases (4, 16), out kernel (4, 16, 64)),
+    AdamW with decay on the kernels; `bias_mask`: the port's mask decays every 2-D parameter, biases (4, 16) too."""
+    common = {"lr": 1e-3, "betas": [0.9, 0.95], "eps": 1e-8}
+    if not split:
+        decayed, nodecay = [["c_attn.weight", [192, 64]], ["c_proj.weight", [64, 64]]], \
+            [["c_attn.bias", [192]], ["c_proj.bias", [64]]]
+        return {"framework": "torch", "name": "AdamW", "class": "torch.optim.adamw.AdamW", "param_groups": [
+            {**common, "decoupled_weight_decay": True, "weight_decay": 0.1, "tensors": decayed},
+            {**common, "decoupled_weight_decay": True, "weight_decay": 0.0, "tensors": nodecay}]}
+    kernels = [[f"['attn']['{n}']['kernel']", [64, 4, 16]] for n in ("query", "key", "value")]
+    biases = [[f"['attn']['{n}']['bias']", [4, 16]] for n in ("query", "key", "value")]
+    decayed = kernels + [["['attn']['out']['kernel']", [4, 16, 64]]] + (biases if bias_mask else [])
+    nodecay = [["['attn']['out']['bias']", [64]]] + ([] if bias_mask else biases)
+    common = {"name": "adamw", **common}
+    return {"framework": "optax", "name": "adamw", "class": "optax.chain", "param_groups": [
+        {**common, "weight_decay": 0.1, "decay_mode": "decoupled", "tensors": decayed},
+        {**common, "weight_decay": 0.0, "tensors": nodecay}]}
+
+
+def test_a_fused_layer_split_in_the_port_is_the_same_optimisation_and_its_decay_still_compares() -> None:
+    notes: list[str] = []
+    assert optimizer_diff(_attention(True), _attention(False), ["lr", "initial_lr"], notes) == []
+    assert len(notes) == 1 and "laid out differently" in notes[0] and "the same 16576 elements" in notes[0], notes
+    # a decay mask by ndim decays the split biases (4, 16), which the reference's (192,) bias never was
+    diffs = optimizer_diff(_attention(True, bias_mask=True), _attention(False), ["lr", "initial_lr"])
+    assert len(diffs) == 1 and diffs[0].startswith("the parameters differ"), diffs
+    assert "weight_decay 0.1" in diffs[0] and "16384 elements in the reference, 16576 in the run" in diffs[0], diffs
+    # a layer the port lacks is no re-layout: the elements differ
+    lost = _attention(True)
+    lost["param_groups"][0]["tensors"] = lost["param_groups"][0]["tensors"][1:]
+    diffs = optimizer_diff(lost, _attention(False), ["lr", "initial_lr"])
+    assert len(diffs) == 1 and "laid out differently" not in diffs[0] and "the parameters differ" in diffs[0], diffs
+
+
 CLIP_CODE = textwrap.dedent("""
     import sys, torch
     torch.manual_seed(0)

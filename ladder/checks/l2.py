@@ -306,33 +306,49 @@ FROZEN_MIN = 3  # frozen updates beyond the reference's before a port is said to
 FROZEN_MARGIN = 0.02  # ... and beyond the reference's share of judged steps by this much
 
 
-def _precision(probe: dict[str, Any] | None) -> tuple[set[str], set[str]]:
-    """(autocast regions, floating parameter dtypes) the torch probe saw in sampled forward calls, all processes."""
-    autocast, dtypes = set(), set()
+HALF = ("bfloat16", "float16", "half")
+
+
+def _precision(probe: dict[str, Any] | None) -> tuple[set[str], set[str], dict[str, int]]:
+    """(autocast regions, floating parameter dtypes) the torch probe saw in sampled forward calls, and the
+    floating operand dtypes of the matmuls and convolutions the JAX probe saw traced in training steps (dtype ->
+    count), all processes."""
+    autocast, dtypes, compute = set(), set(), {}
     for p in (probe or {}).get("processes") or []:
         t = p.get("torch") or {}
         autocast.update((t.get("autocast") or {}).keys())
         dtypes.update(d for d in (t.get("param_dtypes") or {}) if d.startswith(("float", "bfloat", "half")))
-    return autocast, dtypes
+        for f in (p.get("jax") or {}).get("functions") or []:
+            if f.get("train") or f.get("grad"):
+                for d, n in (f.get("compute") or {}).items():
+                    if d.startswith(("float", "bfloat")):
+                        compute[d] = compute.get(d, 0) + int(n)
+    return autocast, dtypes, compute
 
 
 def precision_difference(probe: dict[str, Any] | None, ref_probe: dict[str, Any] | None) -> str | None:
     """A port that lowers the precision of a full-precision reference: an autocast region or a half-precision
     parameter dtype where the reference's forward calls ran in float32 (torch.autocast(dtype=bfloat16) kept
-    from a GPU recipe, a model cast to bf16). A reference already in mixed precision may change its half dtype
-    (fp16 autocast on CUDA, bf16 on a TPU): not judged. None when neither applies, or when either side's probe
-    sampled no forward call."""
-    (ac, dt), (rac, rdt) = _precision(probe), _precision(ref_probe)
-    if not (ac or dt) or not (rac or rdt):
+    from a GPU recipe, a model cast to bf16), or half-precision operands in the matmuls and convolutions of a
+    JAX training step (Flax layers built with dtype=bfloat16 over float32 parameters). A reference already in
+    mixed precision may change its half dtype (fp16 autocast on CUDA, bf16 on a TPU): not judged. None when
+    neither applies, or when either side's probe saw no forward call and no training step's matmul."""
+    (ac, dt, cd), (rac, rdt, rcd) = _precision(probe), _precision(ref_probe)
+    if not (ac or dt or cd) or not (rac or rdt or rcd):
         return None
-    half = ("bfloat16", "float16", "half")
-    if rac - {"off"} or rdt & set(half):
+    if rac - {"off"} or (rdt | set(rcd)) & set(HALF):
         return None
     out = []
     if ac - {"off"}:
-        out.append(f"autocast {', '.join(sorted(rac))} -> {', '.join(sorted(ac))}")
-    if dt & set(half):
-        out.append(f"parameters {', '.join(sorted(rdt))} -> {', '.join(sorted(dt))}")
+        out.append(f"autocast {', '.join(sorted(rac)) or 'off'} -> {', '.join(sorted(ac))}")
+    if dt & set(HALF):
+        out.append(f"parameters {', '.join(sorted(rdt)) or 'float32'} -> {', '.join(sorted(dt))}")
+    low = {d: n for d, n in cd.items() if d in HALF}
+    if low:
+        ref = (f"the reference's: {', '.join(sorted(rcd))}" if rcd else
+               f"the reference: parameters {', '.join(sorted(rdt)) or 'float32'}, autocast off")
+        out.append("training-step matmul and convolution operands in " +
+                   ", ".join(f"{d} ({n} of {sum(cd.values())})" for d, n in sorted(low.items())) + f" ({ref})")
     return ("the model computes in a lower precision than the reference (" + "; ".join(out) + ")") if out else None
 
 
@@ -469,6 +485,30 @@ def _eval_mode_steps(run: RunRecord) -> tuple[int, int, dict[str, Any]]:
         if steps and n / steps > (worst[0] / worst[1] if worst[1] else -1):
             worst = (n, steps, rec)
     return worst
+
+
+def _stale_grad_steps(run: RunRecord) -> tuple[int, int, int | None]:
+    """(steps whose gradient still held the previous step's, steps judged, the first), the worst process's."""
+    worst: tuple[int, int, int | None] = (0, 0, None)
+    for p in (run.probe or {}).get("processes") or []:
+        rec = (p.get("torch") or {}).get("stale_grad_steps") or {}
+        n, judged = int(rec.get("steps") or 0), int(rec.get("judged") or 0)
+        if judged and n / judged > (worst[0] / worst[1] if worst[1] else -1):
+            worst = (n, judged, rec.get("first"))
+    return worst
+
+
+def stale_gradients(run: RunRecord, ref: RunRecord, share: float) -> str | None:
+    """Why the run's updates carry earlier gradients (zero_grad dropped: each step adds its gradient to all
+    before it), beyond the reference's share of such steps by `share`; None when they do not, or when either
+    side's probe judged no step (a hand-written update, an older probe)."""
+    n, judged, first = _stale_grad_steps(run)
+    rn, rjudged, _ = _stale_grad_steps(ref)
+    if not judged or not rjudged or n < 3 or n / judged <= rn / rjudged + share:
+        return None
+    return (f"gradients accumulate across optimizer steps: at {n} of {judged} steps (from step {first}) the "
+            f"gradient still held the previous step's (no zero_grad in between), so each update adds every "
+            f"earlier gradient; the reference {rn} of {rjudged}")
 
 
 def _trained_in_eval_mode(run: RunRecord, ref: RunRecord, share: float) -> str | None:
@@ -617,10 +657,38 @@ def _unmatched_tensors(a: list, b: list) -> str:
             + "; ".join(parts[:4]))
 
 
-def optimizer_diff(mine: dict[str, Any], theirs: dict[str, Any], ignore: list[str]) -> list[str]:
+def _relayout(a: list, b: list, settings_key) -> tuple[str | None, str]:
+    """The tensors only one side has, as a re-layout: (what, how their elements differ by setting). `what` is
+    None unless both sides' unmatched tensors hold the same number of elements; the second part is empty when
+    every setting (weight decay, betas, ...) covers as many elements on both sides: the same parameters, split
+    or fused another way, optimized the same."""
+    def numel(shape) -> int:
+        return math.prod(int(x) for x in shape)
+
+    total_a, total_b = sum(numel(sh) for _, sh, *_ in a), sum(numel(sh) for _, sh, *_ in b)
+    if not a or not b or total_a != total_b:
+        return None, ""
+    per_a, per_b = Counter(), Counter()
+    for entries, per in ((a, per_a), (b, per_b)):
+        for _, sh, _, s in entries:
+            per[settings_key(s)] += numel(sh)
+    what = (f"laid out differently: {len(b)} reference tensor(s) of shapes "
+            f"{', '.join(sorted({str(tuple(sh)) for _, sh, *_ in b}))} and {len(a)} in the run of shapes "
+            f"{', '.join(sorted({str(tuple(sh)) for _, sh, *_ in a}))} hold the same {total_a} elements")
+    off = []
+    for key in sorted(set(per_a) | set(per_b)):
+        if per_a[key] != per_b[key]:
+            off.append(f"{_settings_text(json.loads(key))}: {per_b[key]} elements in the reference, {per_a[key]} "
+                       "in the run")
+    return what, "; ".join(off)
+
+
+def optimizer_diff(mine: dict[str, Any], theirs: dict[str, Any], ignore: list[str],
+                   notes: list[str] | None = None) -> list[str]:
     """Differences of the optimisation, tensor by tensor: the optimizer, each hyperparameter that
     differs (reference value -> port value, with the tensors it applies to), weight-decay coverage, and
-    gradient clipping."""
+    gradient clipping. Tensors laid out differently (a fused layer split in the port) are compared by their
+    elements under each setting; an exact re-layout is added to `notes`, not a difference."""
     a, b = tensor_settings(mine, ignore), tensor_settings(theirs, ignore)
     diffs: list[str] = []
     if not a or not b:
@@ -642,7 +710,15 @@ def optimizer_diff(mine: dict[str, Any], theirs: dict[str, Any], ignore: list[st
 
     count_a, count_b = Counter(k for k, *_ in a), Counter(k for k, *_ in b)
     if count_a != count_b:
-        diffs.append(_unmatched_tensors(a, b))
+        unmatched = {k for k in set(count_a) | set(count_b) if count_a[k] != count_b[k]}
+        relayout, by_settings = _relayout([e for e in a if e[0] in unmatched], [e for e in b if e[0] in unmatched],
+                                          lambda s: json.dumps({kk: s.get(kk) for kk in sorted(shared)
+                                                                if kk != "optimizer"}, sort_keys=True))
+        if relayout is not None and not by_settings:
+            if notes is not None:  # a fused layer split (flax's query/key/value for torch's c_attn): the same model
+                notes.append(relayout)
+        else:
+            diffs.append(_unmatched_tensors(a, b) + (f" ({relayout}, but {by_settings})" if relayout else ""))
         # the shapes both sides optimize equally often still compare: a port with an extra LayerNorm bias
         # that also stopped decaying its embeddings has two differences, and both are named
         same = {k for k in count_a if count_a[k] == count_b[k]}
@@ -887,9 +963,9 @@ def optimizer_unchanged(ctx: CheckContext) -> CheckResult:
                                     "a hand-written update is invisible to the probe; a [parity] table would verify "
                                     "it at tensor level (the parameters after K steps)")
     ignore = ctx.protocol.l2.optimizer_ignore
-    diffs = optimizer_diff(mine[0], theirs[0], ignore)
-    clip_ref = (theirs[0].get("clip") or {}).get("max_norm")
     notes: list[str] = []
+    diffs = optimizer_diff(mine[0], theirs[0], ignore, notes)
+    clip_ref = (theirs[0].get("clip") or {}).get("max_norm")
     if diffs and ctx.options.get("parity"):  # a weight-decay difference parity shows moved into the loss
         no_decay = optimizer_diff(mine[0], theirs[0], [*ignore, "weight_decay"])
         decay_only = [d for d in diffs if d not in no_decay]
@@ -922,6 +998,9 @@ def optimizer_unchanged(ctx: CheckContext) -> CheckResult:
         diffs.append(lr_diff)
     elif lr_why:
         notes.append(lr_why)
+    stale = stale_gradients(ctx.run, ref, ctx.protocol.l2.stale_grad_steps_share)
+    if stale:
+        diffs.append(stale)
     changed = [c for c in mine[0].get("changes") or []]
     if changed and not (theirs[0].get("changes") or []):
         diffs.append(f"hyperparameters changed during the run at step {changed[0]['step']} (not in the baseline)")

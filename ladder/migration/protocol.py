@@ -76,6 +76,8 @@ class L2Rules(_Section):
     # reference's clip bound, the norms the port's optimizer received are clipped some other way (per device)
     clip_at_max_share: float = 0.25
     eval_mode_steps_share: float = 0.02  # training steps in eval mode beyond the reference's share by this: a fault
+    stale_grad_steps_share: float = 0.02  # steps whose gradient still holds the previous step's (no zero_grad)
+    # beyond the reference's share by this: the update adds up every earlier gradient
     eval_items_must_match: bool
 
 

@@ -54,7 +54,7 @@ class Box:
     """What one trace of a wrapped function learns: whether the optimizer update ran inside it, and the
     norms it computed (tracers of this trace) to hand out as an extra output."""
 
-    __slots__ = ("trace", "update_seen", "grad_seen", "aux", "nested", "owner", "no_trace", "draws")
+    __slots__ = ("trace", "update_seen", "grad_seen", "aux", "nested", "owner", "no_trace", "draws", "compute")
 
     def __init__(self, owner) -> None:
         self.owner = owner
@@ -64,6 +64,7 @@ class Box:
         self.nested = False
         self.no_trace = None  # why this JAX cannot tell the current trace (older than unsafe_get_current_trace)
         self.draws: list = []  # (function, key data) of each random draw made in this trace itself
+        self.compute: dict = {}  # operand dtype -> count, over the matmuls and convolutions bound in this trace
         try:
             from jax._src import core as jcore
 
@@ -164,6 +165,7 @@ class Traced:
             finally:
                 st.pop()
             rec["traces"] += 1
+            _merge_compute(rec, box, st)
             if box.update_seen:
                 rec["train"] = True
                 _s["update_ever"] = True
@@ -366,6 +368,48 @@ def _wrap_pmap(jax) -> None:
         pass
     pmap._ladder_wrapped = True
     jax.pmap = pmap
+
+
+# ---------------------------------------------------------------- compute precision
+
+# The primitives whose operand dtypes tell the precision a model computes in: a Flax layer built with
+# dtype=bfloat16 keeps float32 parameters and an unchanged optimizer, only its matmuls and convolutions run in
+# bfloat16. jnp.matmul, `@`, einsum, flax and lax all bind these two.
+_COMPUTE_PRIMITIVES = ("dot_general_p", "conv_general_dilated_p")
+
+
+def _hook_compute(jax) -> None:
+    for attr in _COMPUTE_PRIMITIVES:
+        prim = getattr(jax.lax, attr, None)
+        if prim is not None and not getattr(prim.bind, "_ladder_wrapped", False):
+            prim.bind = _noting_operands(prim.bind)  # an instance attribute: the class's bind stays as it is
+
+
+def _noting_operands(orig):
+    def bind(*args, **params):
+        box = current_box()
+        if box is not None:  # traced inside a wrapped function: a tracer's dtype is known without a device read
+            try:
+                for x in args[:2]:
+                    d = str(getattr(x, "dtype", "?"))
+                    box.compute[d] = box.compute.get(d, 0) + 1
+            except Exception as e:
+                core.record_error("jax compute dtypes", e)
+        return orig(*args, **params)
+
+    bind._ladder_wrapped = True
+    return bind
+
+
+def _merge_compute(rec: dict, box: Box, stack: list) -> None:
+    """A function's operand dtypes over its traces; a function traced inside another's trace adds its own to
+    the enclosing one (a jitted model called by the jitted training step)."""
+    seen = rec.setdefault("compute", {})
+    for d, n in box.compute.items():
+        seen[d] = seen.get(d, 0) + n
+        if stack:
+            outer = stack[-1].compute
+            outer[d] = outer.get(d, 0) + n
 
 
 # ---------------------------------------------------------------- random draws
@@ -598,6 +642,10 @@ def on_jax(jax) -> None:
         _hook_random(jax)
     except Exception as e:
         core.record_error("jax random", e)
+    try:
+        _hook_compute(jax)
+    except Exception as e:
+        core.record_error("jax compute dtypes", e)
     try:
         _hook_callbacks(jax)
     except Exception as e:

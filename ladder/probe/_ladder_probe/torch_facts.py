@@ -32,7 +32,8 @@ def reset() -> None:
     _s.update(forward_samples=0, param_devices={}, param_dtypes={}, autocast={}, input_devices={}, first_seen={},
               modules=[], fwd_handle=None, fwd_left=0, root=None, root_params=0, optimizers={}, eval_windows=[],
               window=None, steps_in_eval={"steps": 0, "first": None, "module": None}, clip=None, scaler_steps=0,
-              scaler_skipped=0, gn_cost=None, gn_recent=[],
+              scaler_skipped=0, gn_cost=None, gn_recent=[], stale={"steps": 0, "judged": 0, "first": None},
+              zeroed=True, grad_ref=None,
               gn_interval=None, gn_t=None, gn_timed=False, xla_live=None, modules_seen=[],
               dynamo={"recompiles": [], "graph_breaks": [], "recompile_limit": [], "counters": {}})
 
@@ -62,7 +63,10 @@ def on_torch(torch) -> None:
     _arm_forward_hook()
     for name in _READ_METHODS:
         _wrap_read(torch.Tensor, name)
+    _wrap_shape_reads(torch)
     _wrap_train(torch.nn.Module)
+    for cls in (torch.optim.Optimizer, torch.nn.Module):
+        _wrap_zero_grad(cls)
     _wrap_backward(torch.autograd)
     _wrap_loader()
     wrap_clip()
@@ -125,6 +129,49 @@ def _wrap_read(cls, name: str) -> None:
     method._ladder_wrapped = True
     method.__wrapped__ = orig
     setattr(cls, name, method)
+
+
+def _wrap_shape_reads(torch) -> None:
+    """Ops whose output size is the data's (nonzero, masked_select, indexing by a boolean mask): on an
+    accelerator the host must read the count before anything after them can be built (on PyTorch/XLA each one
+    executes the pending graph and runs aten::nonzero on the CPU). Counted as host reads on every device, so a
+    port that filters each batch with a mask the reference never used reads more than it."""
+    for name in ("nonzero", "masked_select"):
+        _wrap_read(torch.Tensor, name)
+        orig = getattr(torch, name, None)
+        if orig is not None and not getattr(orig, "_ladder_wrapped", False):
+            setattr(torch, name, _counting_function(orig, name))
+    orig = torch.Tensor.__getitem__
+    if getattr(orig, "_ladder_wrapped", False):
+        return
+    Tensor, masks, count = torch.Tensor, (torch.bool, torch.uint8), core.reads.count
+
+    def is_mask(i) -> bool:
+        return isinstance(i, Tensor) and i.dtype in masks
+
+    def __getitem__(self, idx):
+        if is_mask(idx) or (type(idx) is tuple and any(is_mask(i) for i in idx)):
+            if not _compiling():
+                count("mask_index")
+        return orig(self, idx)
+
+    __getitem__._ladder_wrapped = True
+    __getitem__.__wrapped__ = orig
+    __getitem__.__qualname__ = "Tensor.__getitem__"
+    __getitem__.__doc__ = orig.__doc__
+    Tensor.__getitem__ = __getitem__
+
+
+def _counting_function(orig, name: str):
+    count = core.reads.count
+
+    @functools.wraps(orig)
+    def fn(*a, **k):
+        count(name)
+        return orig(*a, **k)
+
+    fn._ladder_wrapped = True
+    return fn
 
 
 # ---------------------------------------------------------------- the step clock without an optimizer
@@ -351,6 +398,7 @@ def _optimizer_pre_hook(optimizer, args, kwargs):
                 ev["first"], ev["module"] = step, w["module"]
         if _grad_norms_on() and core.grad_norms.owner in (None, id(optimizer)):
             _grad_norm(optimizer, step)
+        _note_stale_grad(optimizer, step)
         every = int(core.opts.get("sample_every", 50))
         if every > 0 and step % every == 0:
             _arm_forward_hook()
@@ -387,6 +435,41 @@ def _optimizer_pre_hook(optimizer, args, kwargs):
         _keep_lr(rec, optimizer, step)
     except Exception as e:
         core.record_error("optimizer hook", e)
+
+
+def _wrap_zero_grad(cls) -> None:
+    orig = cls.zero_grad
+    if getattr(orig, "_ladder_wrapped", False):
+        return
+
+    @functools.wraps(orig)
+    def zero_grad(self, *a, **k):
+        _s["zeroed"] = True
+        return orig(self, *a, **k)
+
+    zero_grad._ladder_wrapped = True
+    cls.zero_grad = zero_grad
+
+
+def _note_stale_grad(optimizer, step: int) -> None:
+    """Whether this step's gradient still holds the previous step's: the first parameter's .grad is the same
+    tensor as at the previous step (a weak reference: the probe keeps it alive no longer than the program),
+    written to since, and no zero_grad (of an optimizer or a module) ran in between. zero_grad() dropped from
+    the loop adds every earlier gradient into each update; micro-batches accumulated between two steps and
+    zeroed after the step are not affected. Reads no tensor value (metadata only: no device transfer)."""
+    grad = next((p.grad for g in optimizer.param_groups for p in g["params"] if p.grad is not None), None)
+    if grad is None:
+        return
+    ref = _s["grad_ref"]
+    if ref is not None and ref[0] == id(optimizer):
+        st = _s["stale"]
+        st["judged"] += 1
+        if not _s["zeroed"] and ref[1]() is grad and grad._version != ref[2]:
+            st["steps"] += 1
+            if st["first"] is None:
+                st["first"] = step
+    _s["grad_ref"] = (id(optimizer), weakref.ref(grad), grad._version)
+    _s["zeroed"] = False
 
 
 def _keep_lr(rec: dict, optimizer, step: int) -> None:
@@ -704,6 +787,7 @@ def snapshot() -> dict:
     facts["module_types"] = _s.get("module_types") or []
     facts["grad_scaler"] = {"steps": _s["scaler_steps"], "skipped": _s["scaler_skipped"]}
     facts["steps_in_eval_mode"] = dict(_s["steps_in_eval"])
+    facts["stale_grad_steps"] = dict(_s["stale"])
     out = {"torch": facts,
            "eval_windows": _s["eval_windows"], "dynamo": _snapshot_dynamo()}
     try:
