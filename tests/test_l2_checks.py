@@ -221,6 +221,21 @@ def test_the_learning_rate_each_step_ran_at_is_compared(runs, torch_python, jax_
 
 
 @pytest.mark.slow
+def test_a_schedule_stepped_before_the_optimizer_is_named_though_its_rates_are_one_step_apart(runs,
+                                                                                             torch_python) -> None:
+    # scheduler.step() above optimizer.step(): MultiStepLR halves the rate at step 20 instead of 21, a one-step
+    # shift the rate comparison allows (a schedule counted one call apart); the order itself is the probe's fact
+    ref = runs(torch_python, "torch_train.py", "--schedule")
+    run = runs(torch_python, "torch_train.py", "--schedule", "--fault", "sched_first")
+    assert run.probe["optimizers"][0]["lr"]["values"] == [[1, 0.02], [20, 0.01]], run.probe["optimizers"][0]["lr"]
+    assert ref.probe["processes"][0]["torch"]["schedule_before_step"] == []
+    c = l2(run, "cpu", ref)["optimizer_unchanged"]
+    assert c.status == "failed" and "(MultiStepLR) is stepped before the optimizer's first step" in c.evidence, \
+        c.evidence
+    assert "learning rate" not in c.evidence.split("(MultiStepLR)")[0], c.evidence  # the rates alone pass
+
+
+@pytest.mark.slow
 def test_truncated_evaluation_is_caught(runs, torch_python, reference) -> None:
     run = runs(torch_python, "torch_train.py", "--fault", "eval_truncated")
     c = l2(run, "cpu", reference)["evaluation_complete"]

@@ -498,6 +498,21 @@ def _stale_grad_steps(run: RunRecord) -> tuple[int, int, int | None]:
     return worst
 
 
+def schedule_stepped_first(run: RunRecord, ref: RunRecord) -> str | None:
+    """Why the run's schedule runs one step ahead: a scheduler stepped before its optimizer's first step, where
+    the reference's was not (the rate comparison allows a one-step shift, so this is told by the order itself)."""
+    def first(r: RunRecord) -> list[dict[str, Any]]:
+        return [e for p in (r.probe or {}).get("processes") or []
+                for e in (p.get("torch") or {}).get("schedule_before_step") or []]
+
+    mine = first(run)
+    if not mine or first(ref):
+        return None
+    return (f"the learning-rate schedule ({mine[0].get('scheduler')}) is stepped before the optimizer's first "
+            "step (scheduler.step() above optimizer.step()): its first value is skipped and every step runs at "
+            "the next step's rate; the reference steps it after the optimizer")
+
+
 def stale_gradients(run: RunRecord, ref: RunRecord, share: float) -> str | None:
     """Why the run's updates carry earlier gradients (zero_grad dropped: each step adds its gradient to all
     before it), beyond the reference's share of such steps by `share`; None when they do not, or when either
@@ -998,9 +1013,10 @@ def optimizer_unchanged(ctx: CheckContext) -> CheckResult:
         diffs.append(lr_diff)
     elif lr_why:
         notes.append(lr_why)
-    stale = stale_gradients(ctx.run, ref, ctx.protocol.l2.stale_grad_steps_share)
-    if stale:
-        diffs.append(stale)
+    for why in (stale_gradients(ctx.run, ref, ctx.protocol.l2.stale_grad_steps_share),
+                schedule_stepped_first(ctx.run, ref)):
+        if why:
+            diffs.append(why)
     changed = [c for c in mine[0].get("changes") or []]
     if changed and not (theirs[0].get("changes") or []):
         diffs.append(f"hyperparameters changed during the run at step {changed[0]['step']} (not in the baseline)")

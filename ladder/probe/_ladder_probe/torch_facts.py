@@ -33,7 +33,7 @@ def reset() -> None:
               modules=[], fwd_handle=None, fwd_left=0, root=None, root_params=0, optimizers={}, eval_windows=[],
               window=None, steps_in_eval={"steps": 0, "first": None, "module": None}, clip=None, scaler_steps=0,
               scaler_skipped=0, gn_cost=None, gn_recent=[], stale={"steps": 0, "judged": 0, "first": None},
-              zeroed=True, grad_ref=None,
+              zeroed=True, grad_ref=None, schedule_first=[],
               gn_interval=None, gn_t=None, gn_timed=False, xla_live=None, modules_seen=[],
               dynamo={"recompiles": [], "graph_breaks": [], "recompile_limit": [], "counters": {}})
 
@@ -64,6 +64,7 @@ def on_torch(torch) -> None:
     for name in _READ_METHODS:
         _wrap_read(torch.Tensor, name)
     _wrap_shape_reads(torch)
+    _wrap_scheduler(torch)
     _wrap_train(torch.nn.Module)
     for cls in (torch.optim.Optimizer, torch.nn.Module):
         _wrap_zero_grad(cls)
@@ -472,6 +473,32 @@ def _note_stale_grad(optimizer, step: int) -> None:
     _s["zeroed"] = False
 
 
+def _wrap_scheduler(torch) -> None:
+    """A learning-rate scheduler stepped before its optimizer's first step (scheduler.step() moved above
+    optimizer.step() in the loop): the schedule's first value is skipped and every step runs at the next one's
+    rate, a shift of one step that the rate comparison allows on purpose. Noted at the scheduler's first call
+    after its constructor's own, from the probe's record of the optimizer's steps."""
+    try:
+        cls = torch.optim.lr_scheduler.LRScheduler
+    except AttributeError:  # a torch older than the public base class
+        return
+    orig = cls.step
+    if getattr(orig, "_ladder_wrapped", False):
+        return
+
+    @functools.wraps(orig)
+    def step(self, *a, **k):
+        try:
+            if getattr(self, "_step_count", None) == 1 and id(getattr(self, "optimizer", None)) not in _s["optimizers"]:
+                core.append(_s["schedule_first"], {"scheduler": type(self).__name__, "step": core.clock.step}, 20)
+        except Exception as e:
+            core.record_error("scheduler hook", e)
+        return orig(self, *a, **k)
+
+    step._ladder_wrapped = True
+    cls.step = step
+
+
 def _keep_lr(rec: dict, optimizer, step: int) -> None:
     """The learning rate this step runs at (the largest parameter group's), when it changed: a schedule's
     values as the program really applied them. A Python float; a tensor rate is not read (a host read)."""
@@ -788,6 +815,7 @@ def snapshot() -> dict:
     facts["grad_scaler"] = {"steps": _s["scaler_steps"], "skipped": _s["scaler_skipped"]}
     facts["steps_in_eval_mode"] = dict(_s["steps_in_eval"])
     facts["stale_grad_steps"] = dict(_s["stale"])
+    facts["schedule_before_step"] = list(_s["schedule_first"])
     out = {"torch": facts,
            "eval_windows": _s["eval_windows"], "dynamo": _snapshot_dynamo()}
     try:
