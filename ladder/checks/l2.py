@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ladder.checks import CheckContext, not_checked, register
+from ladder.checks.replay import replay
 from ladder.checks.results import CheckResult
 from ladder.runs.probe_report import classify_aten, compile_growth, logged_steps_per_step, read_rates
 from ladder.runs.records import RunRecord
@@ -957,6 +958,11 @@ def decay_moved(run_opt: dict[str, Any], ref_opt: dict[str, Any], report: Any, i
                f"within rounding: {', '.join(unseen[:4])})" if unseen else ""))
 
 
+def _windows_text(windows: list[list[int]]) -> str:
+    parts = [f"{w[0]}-{w[-1]}" for w in windows[:4]]
+    return ", ".join(parts) + (f" and {len(windows) - 4} more windows" if len(windows) > 4 else "")
+
+
 @register(L, "optimizer_unchanged")
 def optimizer_unchanged(ctx: CheckContext) -> CheckResult:
     name = "optimizer_unchanged"
@@ -969,17 +975,26 @@ def optimizer_unchanged(ctx: CheckContext) -> CheckResult:
     mine, theirs = probe.get("optimizers") or [], ref.probe.get("optimizers") or []
     if not theirs:
         return not_checked(L, name, "the baseline's probe saw no optimizer")
+    notes: list[str] = []
+    replayed: list[str] = []
     if not mine:
         verified = _update_verified_by_parity(ctx)
         if verified:
             return _result(name, True, {"class": None}, {"class": theirs[0].get("class")}, verified,
                            {"baseline": theirs[0], "verified_by": "parity"})
-        return not_checked(L, name, f"no optimizer observed in the run (the baseline used {theirs[0].get('class')}); "
-                                    "a hand-written update is invisible to the probe; a [parity] table would verify "
-                                    "it at tensor level (the parameters after K steps)")
+        rep = replay(probe.get("update_samples"), theirs[0])
+        if rep.record is None:
+            return not_checked(L, name, f"no optimizer observed in the run (the baseline used "
+                                        f"{theirs[0].get('class')}), and the reference's could not be replayed on "
+                                        f"the run's own gradients: {rep.why}; a [parity] table would verify a "
+                                        "hand-written update at tensor level (the parameters after K steps)")
+        mine = [rep.record]
+        replayed = rep.diffs
+        notes += [f"replayed on the run's own gradients at steps {_windows_text(rep.measured['windows'])}: "
+                  f"{rep.measured['sampled_tensors']} tensors, worst fit {rep.measured['worst_fit_score']:g} "
+                  f"(at most {rep.measured['fit_score_max']:g}x float32 rounding)", *rep.notes]
     ignore = ctx.protocol.l2.optimizer_ignore
-    notes: list[str] = []
-    diffs = optimizer_diff(mine[0], theirs[0], ignore, notes)
+    diffs = optimizer_diff(mine[0], theirs[0], ignore, notes) + replayed
     clip_ref = (theirs[0].get("clip") or {}).get("max_norm")
     if diffs and ctx.options.get("parity"):  # a weight-decay difference parity shows moved into the loss
         no_decay = optimizer_diff(mine[0], theirs[0], [*ignore, "weight_decay"])

@@ -241,6 +241,7 @@ def merge_reports(out_dir: Path, rules: "L2Rules | None" = None) -> dict[str, An
         "aten": classified,
         "host_transfers": host,
         "optimizers": main.get("optimizers") or [],
+        "update_samples": main.get("update_samples"),
         "eval_windows": main.get("eval_windows") or [],
         "nonfinite_params": nonfinite,
         "skipped_steps": skipped,

@@ -39,7 +39,7 @@ _tls = threading.local()
 def reset() -> None:
     functions = _s.get("functions", [])  # wrapped functions outlive a fork: the child starts their counts anew
     for rec in functions:
-        rec.update(calls=0, by_step={}, keys=[])
+        rec.update(calls=0, by_step={}, keys=[], upd_calls=0, upd_windows={}, upd_last=[])
     _s.clear()
     _s.update(backend=None, platforms=[], device_count=None, compiles=[], cache_hits=[], functions=functions,
               host_reads_hooked=None, host_draws={})
@@ -54,7 +54,8 @@ class Box:
     """What one trace of a wrapped function learns: whether the optimizer update ran inside it, and the
     norms it computed (tracers of this trace) to hand out as an extra output."""
 
-    __slots__ = ("trace", "update_seen", "grad_seen", "aux", "nested", "owner", "no_trace", "draws", "compute")
+    __slots__ = ("trace", "update_seen", "grad_seen", "aux", "nested", "owner", "no_trace", "draws", "compute",
+                 "grad_io")
 
     def __init__(self, owner) -> None:
         self.owner = owner
@@ -65,6 +66,7 @@ class Box:
         self.no_trace = None  # why this JAX cannot tell the current trace (older than unsafe_get_current_trace)
         self.draws: list = []  # (function, key data) of each random draw made in this trace itself
         self.compute: dict = {}  # operand dtype -> count, over the matmuls and convolutions bound in this trace
+        self.grad_io: list = []  # (parameters, gradient) of each jax.grad / value_and_grad applied in this trace
         try:
             from jax._src import core as jcore
 
@@ -98,17 +100,17 @@ def current_box() -> Box | None:
 
 
 class Aux:
-    """The step's output with the probe's norms and the key data of its random draws beside it (a pytree
-    node, unpacked before the program sees the output)."""
+    """The step's output with the probe's norms, the key data of its random draws and the samples of a
+    hand-written update beside it (a pytree node, unpacked before the program sees the output)."""
 
-    __slots__ = ("out", "aux", "keys")
+    __slots__ = ("out", "aux", "keys", "upd")
 
-    def __init__(self, out, aux, keys=None) -> None:
-        self.out, self.aux, self.keys = out, aux, keys
+    def __init__(self, out, aux, keys=None, upd=None) -> None:
+        self.out, self.aux, self.keys, self.upd = out, aux, keys, upd
 
 
 def _register_aux(jax) -> None:
-    jax.tree_util.register_pytree_node(Aux, lambda a: ((a.out, a.aux, a.keys), None), lambda _, c: Aux(*c))
+    jax.tree_util.register_pytree_node(Aux, lambda a: ((a.out, a.aux, a.keys, a.upd), None), lambda _, c: Aux(*c))
 
 
 # ---------------------------------------------------------------- jit / pmap
@@ -185,8 +187,14 @@ class Traced:
             if box.draws and (box.update_seen or box.grad_seen):  # a training step's draws: their keys go out
                 rec["draws"] = [name for name, _ in box.draws]
                 keys = tuple(k for _, k in box.draws)
-            if (box.aux is not None or keys) and self._aux_ok:
-                return Aux(out, box.aux, keys)
+            upd = None
+            if box.grad_io and not box.update_seen and self._aux_ok:
+                try:
+                    upd = _update_io(rec, box)
+                except Exception as e:
+                    core.record_error("jax update samples", e)
+            if (box.aux is not None or keys or upd is not None) and self._aux_ok:
+                return Aux(out, box.aux, keys, upd)
             return out
 
         try:
@@ -230,6 +238,8 @@ class Traced:
                     _keep(res.aux)
                 if res.keys is not None and len(rec["keys"]) < _KEYS_KEPT:
                     rec["keys"].append(res.keys)  # on the device until exit
+                if res.upd is not None:
+                    _keep_update(rec, res.upd)
                 return res.out
         except Exception as e:
             core.record_error("jit call", e)
@@ -276,13 +286,22 @@ def _wrap_grad(jax, name: str) -> None:
     @functools.wraps(orig)
     def transform(fun, *args, **kwargs):
         g = orig(fun, *args, **kwargs)
+        argnums = kwargs.get("argnums", args[0] if args else 0)
+        has_aux = bool(kwargs.get("has_aux", args[1] if len(args) > 1 else False))
 
         @functools.wraps(g)
         def apply(*a, **k):
             box = current_box()
+            out = g(*a, **k)
             if box is not None:
                 box.grad_seen = True
-            return g(*a, **k)
+                try:
+                    params = a[argnums] if isinstance(argnums, int) else tuple(a[i] for i in argnums)
+                    grads = out[1] if name == "value_and_grad" else (out[0] if has_aux else out)
+                    box.grad_io.append((params, grads))
+                except Exception:  # parameters passed by keyword: no samples of this update
+                    box.grad_io.append(None)
+            return out
 
         return apply
 
@@ -322,6 +341,108 @@ def _collect(values: list) -> list:
         out.append([step, post, p, g])
     return [[s] + [x if x is None or (x == x and abs(x) != float("inf")) else repr(x) for x in r]
             for s, *r in out]
+
+
+# ---------------------------------------------------------------- a hand-written update, sampled
+
+# A step whose update no optax transformation makes (SGD or Adam written by hand) is invisible as an optimizer.
+# Instead it hands out, beside its output, the first elements of each parameter and gradient leaf that
+# jax.grad saw, and the gradient's global norm: consecutive calls give each update (the next call's
+# parameters minus this call's), and the check replays the reference's optimizer on those gradients. Kept
+# for windows of consecutive calls (the first, from call 32 on at every 1.25x, and the last), on the device
+# until exit.
+_UPD_ELEMENTS = 16  # elements sampled per leaf
+_UPD_LEAVES = 256
+_UPD_WINDOW = 6  # consecutive calls: five updates
+
+
+def _update_io(rec: dict, box: Box):
+    """The samples of the one gradient this trace took, as tracers of this trace; None when there is not
+    exactly one, or it belongs to a nested transformation."""
+    if len(box.grad_io) != 1 or box.grad_io[0] is None or box.trace is None:
+        rec["update_io"] = {"why": "not exactly one jax.grad application in the step"
+                            if len(box.grad_io) != 1 else "parameters passed to the gradient by keyword"}
+        return None
+    jax, jnp = sys.modules["jax"], sys.modules["jax.numpy"]
+    params, grads = box.grad_io[0]
+    flat, _ = jax.tree_util.tree_flatten_with_path(params)
+    gleaves = jax.tree_util.tree_leaves(grads)
+    if len(flat) != len(gleaves) or not flat:
+        rec["update_io"] = {"why": "the gradient's leaves do not match the parameters'"}
+        return None
+    if not all(getattr(x, "_trace", None) is box.trace for x in gleaves + [p for _, p in flat]):
+        rec["update_io"] = {"why": "the gradient is taken inside a nested transformation (scan, vmap, shard_map), "
+                                   "or of parameters that are not the step's arguments"}
+        return None
+    pairs = [(path, p, g) for (path, p), g in zip(flat, gleaves)
+             if getattr(g, "shape", None) == getattr(p, "shape", None) and jnp.issubdtype(g.dtype, jnp.floating)]
+    if not pairs:
+        rec["update_io"] = {"why": "no floating-point parameter leaf"}
+        return None
+    rec["update_io"] = {"paths": [jax.tree_util.keystr(path) for path, _, _ in pairs[:5000]],
+                        "shapes": [list(p.shape) for _, p, _ in pairs[:5000]], "leaves": len(flat)}
+    pairs = pairs[:_UPD_LEAVES]  # the first leaves are sampled; the others are listed
+
+    def head(x):
+        return jnp.ravel(x)[:_UPD_ELEMENTS].astype(jnp.float32)
+
+    sq = sum(jnp.sum(jnp.square(g.astype(jnp.float32))) for g in gleaves if jnp.issubdtype(g.dtype, jnp.floating))
+    return (tuple(head(p) for _, p, _ in pairs), tuple(head(g) for _, _, g in pairs), jnp.sqrt(sq))
+
+
+_UPD_STARTS = frozenset({1} | {round(32 * 1.25 ** j) for j in range(24)})  # 1, 32, 40, 50, ... 5421
+_UPD_LATER_LEAVES = 16  # leaves kept in the windows after the first (they check the rate, pooled over leaves)
+
+
+def _keep_update(rec: dict, upd) -> None:
+    n = rec["upd_calls"] = rec.get("upd_calls", 0) + 1
+    starts = rec.setdefault("upd_windows", {})  # first call of a window -> [(step, samples), ...]
+    start = next((s for s in starts if s <= n < s + _UPD_WINDOW), None)
+    if start is None and n in _UPD_STARTS:
+        start = n
+        starts[start] = []
+    if start is not None:
+        starts[start].append((core.clock.step, upd if start == 1 else _fewer(upd)))
+    last = rec.setdefault("upd_last", [])
+    last.append((core.clock.step, _fewer(upd)))
+    if len(last) > _UPD_WINDOW:
+        del last[0]
+
+
+def _fewer(upd):
+    params, grads, norm = upd
+    return params[:_UPD_LATER_LEAVES], grads[:_UPD_LATER_LEAVES], norm
+
+
+def _update_samples() -> dict | None:
+    jax = sys.modules["jax"]
+    np = sys.modules.get("numpy")
+    for f in _s["functions"]:
+        io = f.get("update_io")
+        if not f.get("upd_calls") or not io or "paths" not in io:
+            continue
+        windows = [w for w in f["upd_windows"].values() if len(w) >= 2]
+        last = f.get("upd_last") or []
+        if last and all(last[0][0] != w[0][0] for w in windows):
+            windows.append(last)
+        out = []
+        pmap = f["name"].startswith("pmap(")
+        for w in windows:
+            with core.quiet():
+                host = jax.device_get([u for _, u in w])
+
+            def rows(leaves, mean: bool):  # pmap: device 0's parameters, the gradients averaged over devices
+                return [[float(v) for v in np.ravel((np.mean(x, axis=0) if mean else x[0]) if pmap else x)]
+                        for x in leaves]
+
+            out.append({"steps": [s for s, _ in w],
+                        "params": [rows(p, False) for p, _, _ in host],
+                        "grads": [rows(g, True) for _, g, _ in host],
+                        "gnorm": [float(np.ravel(n)[0]) for _, _, n in host]})
+        return {"function": f["name"], "paths": io["paths"], "shapes": io["shapes"], "leaves": io["leaves"],
+                "elements": _UPD_ELEMENTS, "per_device": pmap, "windows": out}
+    why = next((f["update_io"]["why"] for f in _s["functions"] if (f.get("update_io") or {}).get("why")), None)
+    return {"why": why} if why else None
 
 
 def _wrap_transform(jax, attr: str, kind: str) -> None:
@@ -668,9 +789,16 @@ def snapshot() -> dict:
     except Exception as e:
         random = None
         core.record_error("jax random draws", e)
-    functions = [{**{k: v for k, v in f.items() if k not in ("by_step", "keys")},
+    try:
+        samples = _update_samples()
+    except Exception as e:
+        samples = None
+        core.record_error("jax update samples", e)
+    functions = [{**{k: v for k, v in f.items() if k not in ("by_step", "keys", "upd_windows", "upd_last",
+                                                                                "update_io")},
                   "by_step": [[s, c, r] for s, (c, r) in sorted(f["by_step"].items())]}
                  for f in _s["functions"] if f["calls"] or f["traces"]]
     return {"jax": {"backend": _s["backend"], "platforms": _s["platforms"], "device_count": _s["device_count"],
                     "compiles": _s["compiles"], "cache_hits": _s["cache_hits"],
-                    "host_reads_hooked": _s["host_reads_hooked"], "functions": functions, "random": random}}
+                    "host_reads_hooked": _s["host_reads_hooked"], "functions": functions, "random": random},
+            "update_samples": samples}
