@@ -458,18 +458,25 @@ def _note_stale_grad(optimizer, step: int) -> None:
     written to since, and no zero_grad (of an optimizer or a module) ran in between. zero_grad() dropped from
     the loop adds every earlier gradient into each update; micro-batches accumulated between two steps and
     zeroed after the step are not affected. Reads no tensor value (metadata only: no device transfer)."""
-    grad = next((p.grad for g in optimizer.param_groups for p in g["params"] if p.grad is not None), None)
+    ref = _s["grad_ref"]  # (the optimizer's id, its first parameter with a gradient, that gradient, its version)
+    mine = ref is not None and ref[0] == id(optimizer)
+    param = ref[1]() if mine else None  # remembered: no search of the param groups at every step
+    grad = param.grad if param is not None else None
     if grad is None:
-        return
-    ref = _s["grad_ref"]
-    if ref is not None and ref[0] == id(optimizer):
+        param = next((p for g in optimizer.param_groups for p in g["params"] if p.grad is not None), None)
+        if param is None:
+            return
+        grad = param.grad
+    same = mine and ref[2]() is grad
+    if mine:
         st = _s["stale"]
         st["judged"] += 1
-        if not _s["zeroed"] and ref[1]() is grad and grad._version != ref[2]:
+        if same and not _s["zeroed"] and grad._version != ref[3]:
             st["steps"] += 1
             if st["first"] is None:
                 st["first"] = step
-    _s["grad_ref"] = (id(optimizer), weakref.ref(grad), grad._version)
+    _s["grad_ref"] = (ref[0], ref[1], ref[2], grad._version) if same else \
+        (id(optimizer), weakref.ref(param), weakref.ref(grad), grad._version)
     _s["zeroed"] = False
 
 
