@@ -134,6 +134,12 @@ def test_a_jax_step_computing_in_bfloat16_over_float32_parameters_is_a_numerics_
     c = l2(run, "jax-cpu", reference)["numerics"]
     assert c.status == "failed" and "training-step matmul and convolution operands in bfloat16" in c.evidence, c.evidence
     assert "the reference: parameters float32, autocast off" in c.evidence, c.evidence
+    # a float32 model whose error is computed in bfloat16: no matmul in bf16, the casts themselves are noted
+    cast = l2(runs(jax_python, "jax_train.py", "--bf16-loss"), "jax-cpu", reference)["numerics"]
+    assert cast.status == "failed" and "float32 values cast down in the training step: " in cast.evidence, cast.evidence
+    step = next(f for f in runs(jax_python, "jax_train.py", "--bf16-loss").probe["processes"][0]["jax"]["functions"]
+                if f["train"])
+    assert step["compute"].get("cast:bfloat16", 0) >= 2 and "bfloat16" not in step["compute"], step  # forward and backward
 
 
 @pytest.mark.slow

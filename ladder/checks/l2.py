@@ -322,7 +322,7 @@ def _precision(probe: dict[str, Any] | None) -> tuple[set[str], set[str], dict[s
         for f in (p.get("jax") or {}).get("functions") or []:
             if f.get("train") or f.get("grad"):
                 for d, n in (f.get("compute") or {}).items():
-                    if d.startswith(("float", "bfloat")):
+                    if d.startswith(("float", "bfloat", "cast:")):
                         compute[d] = compute.get(d, 0) + int(n)
     return autocast, dtypes, compute
 
@@ -337,19 +337,24 @@ def precision_difference(probe: dict[str, Any] | None, ref_probe: dict[str, Any]
     (ac, dt, cd), (rac, rdt, rcd) = _precision(probe), _precision(ref_probe)
     if not (ac or dt or cd) or not (rac or rdt or rcd):
         return None
-    if rac - {"off"} or (rdt | set(rcd)) & set(HALF):
+    if rac - {"off"} or (rdt | {d.removeprefix("cast:") for d in rcd}) & set(HALF):
         return None
     out = []
     if ac - {"off"}:
         out.append(f"autocast {', '.join(sorted(rac)) or 'off'} -> {', '.join(sorted(ac))}")
     if dt & set(HALF):
         out.append(f"parameters {', '.join(sorted(rdt)) or 'float32'} -> {', '.join(sorted(dt))}")
-    low = {d: n for d, n in cd.items() if d in HALF}
+    operands = {d: n for d, n in cd.items() if not d.startswith("cast:")}
+    low = {d: n for d, n in operands.items() if d in HALF}
+    ref = (f"the reference's: {', '.join(sorted(d for d in rcd if not d.startswith('cast:')))}" if rcd else
+           f"the reference: parameters {', '.join(sorted(rdt)) or 'float32'}, autocast off")
     if low:
-        ref = (f"the reference's: {', '.join(sorted(rcd))}" if rcd else
-               f"the reference: parameters {', '.join(sorted(rdt)) or 'float32'}, autocast off")
         out.append("training-step matmul and convolution operands in " +
-                   ", ".join(f"{d} ({n} of {sum(cd.values())})" for d, n in sorted(low.items())) + f" ({ref})")
+                   ", ".join(f"{d} ({n} of {sum(operands.values())})" for d, n in sorted(low.items())) + f" ({ref})")
+    casts = {d.split(":", 1)[1]: n for d, n in cd.items() if d.startswith("cast:") and d.split(":", 1)[1] in HALF}
+    if casts and not low:
+        out.append("float32 values cast down in the training step: " +
+                   ", ".join(f"{n} to {d}" for d, n in sorted(casts.items())) + f" ({ref})")
     return ("the model computes in a lower precision than the reference (" + "; ".join(out) + ")") if out else None
 
 

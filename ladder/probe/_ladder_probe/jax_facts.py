@@ -504,6 +504,32 @@ def _hook_compute(jax) -> None:
         prim = getattr(jax.lax, attr, None)
         if prim is not None and not getattr(prim.bind, "_ladder_wrapped", False):
             prim.bind = _noting_operands(prim.bind)  # an instance attribute: the class's bind stays as it is
+    prim = getattr(jax.lax, "convert_element_type_p", None)
+    if prim is not None and not getattr(prim.bind, "_ladder_wrapped", False):
+        prim.bind = _noting_casts(prim.bind)
+
+
+_HALF = ("bfloat16", "float16")
+
+
+def _noting_casts(orig):
+    """A float32 value cast down to a half dtype inside a wrapped function (`logits.astype(jnp.bfloat16)`
+    before the loss): noted as "cast:<dtype>" beside the operand dtypes. Casts of integers and Python constants
+    (a scalar multiplying a bfloat16 array) are not a lowering."""
+    def bind(*args, **params):
+        box = current_box()
+        if box is not None and args:
+            try:
+                to, src = str(params.get("new_dtype")), str(getattr(args[0], "dtype", ""))
+                if to in _HALF and src.startswith("float") and src not in _HALF:
+                    key = f"cast:{to}"
+                    box.compute[key] = box.compute.get(key, 0) + 1
+            except Exception as e:
+                core.record_error("jax compute casts", e)
+        return orig(*args, **params)
+
+    bind._ladder_wrapped = True
+    return bind
 
 
 def _noting_operands(orig):
