@@ -521,6 +521,32 @@ def test_a_jax_key_used_again_repeats_dropout_or_data_order_and_fails_randomness
 
 @pytest.mark.slow
 @pytest.mark.jax
+def test_a_seed_that_never_reaches_the_generators_fails_randomness(runs, jax_python, torch_python) -> None:
+    # the probe watches the values the program seeds its generators with: the reference seeds torch with its
+    # seed; a JAX port that builds its key from a constant is the same run at every seed, and a torch port that
+    # leaves torch.manual_seed out draws initial weights that no seed controls (seed 5: the fixture's other keys
+    # are constants 1 and 2)
+    from ladder.checks.randomness import randomness
+
+    def check(run: RunRecord, seed: int, ref: RunRecord) -> CheckResult:
+        return randomness(CheckContext(run=run.model_copy(update={"seed": seed}), protocol=load_protocol(),
+                                       baseline=_baseline(ref)))
+
+    reference = runs(torch_python, "torch_train.py")  # seeds torch with 0
+    assert reference.probe["processes"][0]["seed"]["values"]["torch.manual_seed"] == [0]
+    faithful = runs(jax_python, "jax_train.py", "--seed", "5")
+    assert check(faithful, 5, reference).status == "passed"  # its seed reaches jax.random.PRNGKey
+    constant = check(runs(jax_python, "jax_train.py", "--seed", "5", "--seed-unused"), 5, reference)
+    assert constant.status == "failed" and "the run's seed 5 reaches none of its generators" in constant.evidence, \
+        constant.evidence
+    assert "jax.random.PRNGKey(1, 2, 1337)" in constant.evidence, constant.evidence
+    unseeded = check(runs(torch_python, "torch_train.py", "--unseeded"), 0, reference)
+    assert unseeded.status == "failed" and "the reference seeds torch.manual_seed and the run never does" in \
+        unseeded.evidence, unseeded.evidence
+
+
+@pytest.mark.slow
+@pytest.mark.jax
 def test_jax_on_cpu_when_tpu_expected_fails_platform(runs, jax_python, reference) -> None:
     run = runs(jax_python, "jax_train.py")
     c = l2(run, "jax-tpu", reference)["platform"]

@@ -43,12 +43,61 @@ def repeats(facts: dict[str, Any] | None, min_calls: int) -> list[str]:
     return out
 
 
+def _seeding(probe: dict[str, Any] | None) -> tuple[dict[str, set[int]], bool] | None:
+    """The values each seeding function was called with, over every process (torch.random.manual_seed is
+    torch.manual_seed), and whether the probe set the seeds itself ([probe] seed = true); None for a probe that
+    did not watch them."""
+    out: dict[str, set[int]] = {}
+    mode = False
+    seen = False
+    for p in (probe or {}).get("processes") or []:
+        s = p.get("seed") or {}
+        if "values" not in s:
+            continue
+        seen, mode = True, mode or bool(s.get("mode"))
+        for label, values in s["values"].items():
+            out.setdefault(label.replace("torch.random.", "torch."), set()).update(int(v) for v in values)
+    return (out, mode) if seen else None
+
+
+def unseeded(run, ref) -> str | None:  # noqa: ANN001 - RunRecord
+    """Whether the run's seed reaches the generators the reference seeds from its own: a seed never passed on
+    (a config built with a constant seed) makes runs at different seeds the same run; a generator the
+    reference seeds and a port of the same framework leaves alone (torch.manual_seed replaced by a device-only
+    seed) draws numbers no seed controls. Values are compared only where the program receives the seed; where
+    the probe seeds a self-seeding program ([probe] seed = true), only which generators are seeded."""
+    mine, theirs = _seeding(run.probe), _seeding(ref.probe if ref is not None else None)
+    if mine is None or theirs is None:
+        return None
+    (values, mode), (ref_values, ref_mode) = mine, theirs
+    if not (mode or ref_mode) and run.seed is not None and ref.seed is not None:
+        ref_with = sorted(label for label, vs in ref_values.items() if int(ref.seed) in vs)
+        if ref_with and not any(int(run.seed) in vs for vs in values.values()):
+            calls = "; ".join(f"{label}({', '.join(map(str, sorted(vs)[:3]))})" for label, vs in sorted(values.items()))
+            return (f"the run's seed {run.seed} reaches none of its generators ({calls or 'no seeding call'}), while "
+                    f"the reference seeds {', '.join(ref_with)} with its own: the run is the same whatever its seed")
+    frameworks = (run.probe or {}).get("frameworks") or {}
+    if "torch" in frameworks and "jax" not in frameworks:
+        # a device generator (torch.cuda's) has no counterpart on another accelerator: the host's must match
+        missing = sorted(label for label in set(ref_values) - set(values) if not label.startswith("torch.cuda"))
+        if missing:
+            return (f"the reference seeds {', '.join(missing)} and the run never does (it seeds "
+                    f"{', '.join(sorted(values)) or 'nothing'}): what those generators draw (initial weights, data "
+                    "order) no seed controls")
+    return None
+
+
 @register("L1", NAME)
 def randomness(ctx: CheckContext) -> CheckResult:
     probe = ctx.run.probe
     if probe is None:
         return not_checked("L1", NAME, "no probe report: the run's random draws are unknown")
     facts = _facts(probe)
+    unseeded_why = unseeded(ctx.run, ctx.reference())
+    if unseeded_why:
+        return CheckResult(level="L1", name=NAME, status="failed", measured={"seeded": False},
+                           threshold={"seeded": True}, evidence=unseeded_why,
+                           details={"run": {k: sorted(v) for k, v in (_seeding(probe) or ({}, False))[0].items()}})
     if facts is None:
         return CheckResult(level="L1", name=NAME, status="not_applicable",
                            evidence="the run drew no JAX random numbers while training (torch's generators advance "

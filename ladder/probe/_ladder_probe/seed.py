@@ -7,6 +7,9 @@ default generator, which an unseeded program uses, is seeded with its default se
 torch is imported. Not patched: numpy.random.RandomState(seed) and torch.Generator().manual_seed(seed)
 (their classes are compiled); the report lists what was called, so a program whose runs still come out
 identical is named.
+
+Without the option the same functions are only watched: the values the program seeds them with (the first
+few of each) go into the report, and L1 `randomness` asks whether the run's own seed reaches them.
 """
 
 from __future__ import annotations
@@ -20,11 +23,13 @@ import _ladder_probe as core
 SNAPSHOT_ORDER = 4
 _PRIME = 1_000_003
 _TORCH_DEFAULT_SEED = 67280421310721
-_s: dict = {"calls": {}, "patched": []}
+_s: dict = {"calls": {}, "patched": [], "values": {}}
+_VALUES_KEPT = 8
 
 
 def reset() -> None:
     _s["calls"] = {}
+    _s["values"] = {}
 
 
 def _offset() -> int:
@@ -44,6 +49,9 @@ def _wrap(owner, attr: str, label: str, modulus: int | None) -> None:
     def seeded(seed=None, *args, **kwargs):
         _s["calls"][label] = _s["calls"].get(label, 0) + 1
         if isinstance(seed, int) and not isinstance(seed, bool):
+            kept = _s["values"].setdefault(label, [])
+            if len(kept) < _VALUES_KEPT and seed not in kept:
+                kept.append(seed)  # as the program passed it: does the run's seed reach its generators?
             seed = seed + _offset()
             if modulus:
                 seed %= modulus
@@ -59,32 +67,26 @@ def _wrap(owner, attr: str, label: str, modulus: int | None) -> None:
 
 
 def on_torch(torch) -> None:
-    if not _offset():
-        return
     orig = torch.manual_seed
     for owner, attr, label in ((torch, "manual_seed", "torch.manual_seed"),
                                (torch.random, "manual_seed", "torch.random.manual_seed"),
                                (torch.cuda, "manual_seed", "torch.cuda.manual_seed"),
                                (torch.cuda, "manual_seed_all", "torch.cuda.manual_seed_all")):
         _wrap(owner, attr, label, 2 ** 63)
-    orig(_TORCH_DEFAULT_SEED + _offset())  # an unseeded program draws from the default generator
+    if _offset():
+        orig(_TORCH_DEFAULT_SEED + _offset())  # an unseeded program draws from the default generator
 
 
 def on_numpy(np) -> None:
-    if not _offset():
-        return
     _wrap(np.random, "seed", "numpy.random.seed", 2 ** 32)
     _wrap(np.random, "default_rng", "numpy.random.default_rng", None)
 
 
 def on_random(random) -> None:
-    if _offset():
-        _wrap(random, "seed", "random.seed", None)
+    _wrap(random, "seed", "random.seed", None)
 
 
 def on_jax(jax) -> None:
-    if not _offset():
-        return
     _wrap(jax.random, "PRNGKey", "jax.random.PRNGKey", 2 ** 32)
     _wrap(jax.random, "key", "jax.random.key", 2 ** 32)
 
@@ -98,6 +100,5 @@ def on_install() -> None:
 
 
 def snapshot() -> dict:
-    if not core.opts.get("seed"):
-        return {}
-    return {"seed": {"offset": _offset(), "patched": _s["patched"], "calls": _s["calls"]}}
+    return {"seed": {"mode": bool(core.opts.get("seed")), "offset": _offset(), "patched": _s["patched"],
+                     "calls": _s["calls"], "values": _s["values"]}}
