@@ -989,10 +989,10 @@ def optimizer_unchanged(ctx: CheckContext) -> CheckResult:
                            {"baseline": theirs[0], "verified_by": "parity"})
         rep = replay(probe.get("update_samples"), theirs[0])
         if rep.record is None:
-            return not_checked(L, name, f"no optimizer observed in the run (the baseline used "
-                                        f"{theirs[0].get('class')}), and the reference's could not be replayed on "
-                                        f"the run's own gradients: {rep.why}; a [parity] table would verify a "
-                                        "hand-written update at tensor level (the parameters after K steps)")
+            return not_checked(L, name, f"no optimizer observed in the run (the baseline used {theirs[0].get('class')}); "
+                                        "a hand-written update is invisible to the probe unless the reference's "
+                                        f"optimizer can be replayed on it ({rep.why}); a [parity] table would verify "
+                                        "it at tensor level (the parameters after K steps)")
         mine = [rep.record]
         replayed = rep.diffs
         notes += [f"replayed on the run's own gradients at steps {_windows_text(rep.measured['windows'])}: "

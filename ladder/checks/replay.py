@@ -173,8 +173,8 @@ def replay(samples: dict[str, Any] | None, ref_opt: dict[str, Any]) -> Replay:
     optimizer allows): each window is replayed with the reference's rates of the step before, of the step, and
     of the step after, and the best fit counts."""
     if not samples or not samples.get("windows"):
-        why = (samples or {}).get("why") or "the probe sampled no hand-written update (no jitted step that takes " \
-                                            "exactly one jax.grad of its parameter arguments)"
+        why = (samples or {}).get("why") or ("the probe samples a JAX step jitted with exactly one jax.grad of its "
+                                             "parameter arguments, and saw none")
         return Replay(None, why=why)
     name = str(ref_opt.get("name") or "").lower()
     kind = _TORCH_RULES.get(name)
