@@ -503,42 +503,35 @@ def _hook_compute(jax) -> None:
     for attr in _COMPUTE_PRIMITIVES:
         prim = getattr(jax.lax, attr, None)
         if prim is not None and not getattr(prim.bind, "_ladder_wrapped", False):
-            prim.bind = _noting_operands(prim.bind)  # an instance attribute: the class's bind stays as it is
+            prim.bind = _noting(prim.bind, _operand_dtypes)  # an instance attribute: the class's bind stays as it is
     prim = getattr(jax.lax, "convert_element_type_p", None)
     if prim is not None and not getattr(prim.bind, "_ladder_wrapped", False):
-        prim.bind = _noting_casts(prim.bind)
+        prim.bind = _noting(prim.bind, _half_cast)
 
 
 _HALF = ("bfloat16", "float16")
 
 
-def _noting_casts(orig):
-    """A float32 value cast down to a half dtype inside a wrapped function (`logits.astype(jnp.bfloat16)`
-    before the loss): noted as "cast:<dtype>" beside the operand dtypes. Casts of integers and Python constants
-    (a scalar multiplying a bfloat16 array) are not a lowering."""
+def _operand_dtypes(args, params) -> list[str]:
+    return [str(getattr(x, "dtype", "?")) for x in args[:2]]
+
+
+def _half_cast(args, params) -> list[str]:
+    """A float32 value cast down to a half dtype (`logits.astype(jnp.bfloat16)` before the loss), as
+    "cast:<dtype>"; casts of integers and Python constants (a scalar multiplying a bfloat16 array) are not a
+    lowering."""
+    to, src = str(params.get("new_dtype")), str(getattr(args[0], "dtype", "")) if args else ""
+    return [f"cast:{to}"] if to in _HALF and src.startswith("float") and src not in _HALF else []
+
+
+def _noting(orig, keys):
+    """`orig` (a primitive's bind), counting `keys(args, params)` in the current trace's box: traced inside a
+    wrapped function, a tracer's dtype is known without a device read."""
     def bind(*args, **params):
         box = current_box()
-        if box is not None and args:
+        if box is not None:
             try:
-                to, src = str(params.get("new_dtype")), str(getattr(args[0], "dtype", ""))
-                if to in _HALF and src.startswith("float") and src not in _HALF:
-                    key = f"cast:{to}"
-                    box.compute[key] = box.compute.get(key, 0) + 1
-            except Exception as e:
-                core.record_error("jax compute casts", e)
-        return orig(*args, **params)
-
-    bind._ladder_wrapped = True
-    return bind
-
-
-def _noting_operands(orig):
-    def bind(*args, **params):
-        box = current_box()
-        if box is not None:  # traced inside a wrapped function: a tracer's dtype is known without a device read
-            try:
-                for x in args[:2]:
-                    d = str(getattr(x, "dtype", "?"))
+                for d in keys(args, params):
                     box.compute[d] = box.compute.get(d, 0) + 1
             except Exception as e:
                 core.record_error("jax compute dtypes", e)
