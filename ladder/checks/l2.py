@@ -351,7 +351,8 @@ def precision_difference(probe: dict[str, Any] | None, ref_probe: dict[str, Any]
     if low:
         out.append("training-step matmul and convolution operands in " +
                    ", ".join(f"{d} ({n} of {sum(operands.values())})" for d, n in sorted(low.items())) + f" ({ref})")
-    casts = {d.split(":", 1)[1]: n for d, n in cd.items() if d.startswith("cast:") and d.split(":", 1)[1] in HALF}
+    casts = {d.removeprefix("cast:"): n for d, n in cd.items()
+             if d.startswith("cast:") and d.removeprefix("cast:") in HALF}
     if casts and not low:
         out.append("float32 values cast down in the training step: " +
                    ", ".join(f"{n} to {d}" for d, n in sorted(casts.items())) + f" ({ref})")

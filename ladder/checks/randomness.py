@@ -60,22 +60,24 @@ def _seeding(probe: dict[str, Any] | None) -> tuple[dict[str, set[int]], bool] |
     return (out, mode) if seen else None
 
 
-def unseeded(run, ref) -> str | None:  # noqa: ANN001 - RunRecord
+def unseeded(run, ref) -> tuple[str | None, dict[str, set[int]]]:  # noqa: ANN001 - RunRecord
     """Whether the run's seed reaches the generators the reference seeds from its own: a seed never passed on
     (a config built with a constant seed) makes runs at different seeds the same run; a generator the
     reference seeds and a port of the same framework leaves alone (torch.manual_seed replaced by a device-only
     seed) draws numbers no seed controls. Values are compared only where the program receives the seed; where
-    the probe seeds a self-seeding program ([probe] seed = true), only which generators are seeded."""
+    the probe seeds a self-seeding program ([probe] seed = true), only which generators are seeded. Returns
+    (why, the run's seeding values)."""
     mine, theirs = _seeding(run.probe), _seeding(ref.probe if ref is not None else None)
     if mine is None or theirs is None:
-        return None
+        return None, (mine or ({}, False))[0]
     (values, mode), (ref_values, ref_mode) = mine, theirs
     if not (mode or ref_mode) and run.seed is not None and ref.seed is not None:
         ref_with = sorted(label for label, vs in ref_values.items() if int(ref.seed) in vs)
         if ref_with and not any(int(run.seed) in vs for vs in values.values()):
             calls = "; ".join(f"{label}({', '.join(map(str, sorted(vs)[:3]))})" for label, vs in sorted(values.items()))
-            return (f"the run's seed {run.seed} reaches none of its generators ({calls or 'no seeding call'}), while "
-                    f"the reference seeds {', '.join(ref_with)} with its own: the run is the same whatever its seed")
+            why = (f"the run's seed {run.seed} reaches none of its generators ({calls or 'no seeding call'}), while "
+                   f"the reference seeds {', '.join(ref_with)} with its own: the run is the same whatever its seed")
+            return why, values
     frameworks = (run.probe or {}).get("frameworks") or {}
     if "torch" in frameworks and "jax" not in frameworks:
         # a device generator (torch.cuda's) has no counterpart on another accelerator: the host's must match
@@ -83,8 +85,8 @@ def unseeded(run, ref) -> str | None:  # noqa: ANN001 - RunRecord
         if missing:
             return (f"the reference seeds {', '.join(missing)} and the run never does (it seeds "
                     f"{', '.join(sorted(values)) or 'nothing'}): what those generators draw (initial weights, data "
-                    "order) no seed controls")
-    return None
+                    "order) no seed controls"), values
+    return None, values
 
 
 @register("L1", NAME)
@@ -93,11 +95,11 @@ def randomness(ctx: CheckContext) -> CheckResult:
     if probe is None:
         return not_checked("L1", NAME, "no probe report: the run's random draws are unknown")
     facts = _facts(probe)
-    unseeded_why = unseeded(ctx.run, ctx.reference())
+    unseeded_why, seeding = unseeded(ctx.run, ctx.reference())
     if unseeded_why:
         return CheckResult(level="L1", name=NAME, status="failed", measured={"seeded": False},
                            threshold={"seeded": True}, evidence=unseeded_why,
-                           details={"run": {k: sorted(v) for k, v in (_seeding(probe) or ({}, False))[0].items()}})
+                           details={"run": {k: sorted(v) for k, v in seeding.items()}})
     if facts is None:
         return CheckResult(level="L1", name=NAME, status="not_applicable",
                            evidence="the run drew no JAX random numbers while training (torch's generators advance "

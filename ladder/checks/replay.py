@@ -255,9 +255,10 @@ def replay(samples: dict[str, Any] | None, ref_opt: dict[str, Any]) -> Replay:
         if _score(pred, actual, p_next) > FIT_SCORE:
             # the prediction is affine in the window's rates (the buffer comes from the first update): the rate
             # that fits best, all of the window's scaled by one factor
-            base = np.concatenate([_fit(r, w, leaf, wl[:1], wc, False)[2].ravel() for leaf, r in enumerate(leaf_rules[:len(fits)])])
+            rules_here = list(enumerate(leaf_rules[:len(fits)]))
+            base = np.concatenate([_fit(r, w, leaf, wl[:1], wc, False)[2].ravel() for leaf, r in rules_here])
             twice = np.concatenate([_fit(r, w, leaf, [[2 * x for x in wl[0]]], wc, False)[2].ravel()
-                                    for leaf, r in enumerate(leaf_rules[:len(fits)])])
+                                    for leaf, r in rules_here])
             slope = twice - base
             f = float(np.dot(actual - (base - slope), slope) / max(np.dot(slope, slope), 1e-300))
             lr_off.append(f"steps {w['steps'][1]}-{w['steps'][-2]}: the reference's rate {wl[0][-1]:.6g}, the run's "

@@ -397,7 +397,9 @@ _UPD_LATER_LEAVES = 16  # leaves kept in the windows after the first (they check
 def _keep_update(rec: dict, upd) -> None:
     n = rec["upd_calls"] = rec.get("upd_calls", 0) + 1
     starts = rec.setdefault("upd_windows", {})  # first call of a window -> [(step, samples), ...]
-    start = next((s for s in starts if s <= n < s + _UPD_WINDOW), None)
+    start = next(reversed(starts), None)  # windows never overlap: only the newest can still be open
+    if start is not None and n >= start + _UPD_WINDOW:
+        start = None
     if start is None and n in _UPD_STARTS:
         start = n
         starts[start] = []
