@@ -18,7 +18,7 @@ import pytest
 from ladder.baselines.store import Baseline, BaselineMeta
 from ladder.checks import CheckContext, run_ladder
 from ladder.runs.parse import OutputParser
-from ladder.runs.probe_report import merge_reports, probe_env
+from ladder.runs.probe_report import compile_growth, merge_reports, probe_env
 from ladder.migration.protocol import load_protocol
 from ladder.runs.records import Provenance, RunRecord
 from ladder.checks.results import CheckResult
@@ -350,6 +350,26 @@ def test_xla_batch_shape_changing_every_step_recompiles(runs, xla_python, refere
     assert c.status == "failed", c.evidence
     assert run.probe["compiles"]["xla"] >= 40  # one graph per batch size
     assert "kept appearing in the second half" in c.evidence and c.measured["late_compile_steps"] >= 15
+
+
+@pytest.mark.slow
+@pytest.mark.xla
+def test_graphs_built_again_after_one_rate_change_are_not_growth_when_another_change_built_none(
+        runs, xla_python, reference) -> None:
+    # torch_xla's sync-free SGD shares one device scalar between equal values: once the rate falls to the
+    # weight decay (0.005, the second milestone), its two step graphs (before and after the running loss is
+    # zeroed at a log line) have one input fewer and are built again; the first milestone built nothing
+    run = runs(xla_python, "torch_train.py", "--device", "xla", "--syncfree", "--schedule2")
+    (g,) = [g for g in compile_growth(run, 5) if g.steps >= 2]
+    assert g.rate_changes == [21, 31] and g.second_half_steps == [31, 32], (g.rate_changes, g.train_steps)
+    c = l2(run, "xla", reference)["recompilation"]
+    assert c.status == "passed" and c.measured["late_compile_steps"] == 0, c.evidence
+    assert "31, 32 right after a learning-rate change" in c.evidence and "not keyed on the rate" in c.evidence
+    # a Python float from the rate in the loss as well: now every change builds graphs, the rate is in them
+    bad = runs(xla_python, "torch_train.py", "--device", "xla", "--syncfree", "--schedule2", "--fault", "recompile_lr")
+    c = l2(bad, "xla", reference)["recompilation"]
+    assert c.status == "failed" and c.measured["late_compile_steps"] >= 2, c.evidence
+    assert "kept appearing in the second half" in c.evidence
 
 
 @pytest.mark.slow

@@ -28,7 +28,7 @@ from typing import Any
 from ladder.checks import CheckContext, not_checked, register
 from ladder.checks.replay import replay
 from ladder.checks.results import CheckResult
-from ladder.runs.probe_report import classify_aten, compile_growth, logged_steps_per_step, read_rates
+from ladder.runs.probe_report import CompileGrowth, classify_aten, compile_growth, logged_steps_per_step, read_rates
 from ladder.runs.records import RunRecord
 
 L = "L2"
@@ -205,7 +205,13 @@ def recompilation(ctx: CheckContext) -> CheckResult:
                         "(it recompiled on every call until the limit, then ran eagerly)")
     ref = ctx.reference()
     ref_growth = compile_growth(ref, warmup_end(ctx, total_steps(ref))) if ref is not None and ref.probe else []
-    ref_late = max((len(g.second_half_steps) for g in ref_growth), default=0)
+    quiet = rules.max_late_compile_steps
+
+    def late(g: CompileGrowth) -> list[int]:
+        rewarm = set(g.after_rate_change(quiet))
+        return [s for s in g.second_half_steps if s not in rewarm]
+
+    ref_late = max((len(late(g)) for g in ref_growth), default=0)
     ref_rep = max((len(g.eval_repeat_steps) for g in ref_growth), default=0)
     allowed = ref_late + rules.max_late_compile_steps
     rep = max(growth, key=lambda g: len(g.eval_repeat_steps), default=None)
@@ -217,15 +223,15 @@ def recompilation(ctx: CheckContext) -> CheckResult:
             f"{', '.join(map(str, rep.eval_repeat_steps[:8]))}), against {ref_rep} in the reference (allowed "
             f"{ref_rep + rules.max_late_compile_steps}); again and again: {top} ({fns.count(top)}x) — a function "
             "built anew at each evaluation (a jit inside the evaluation function, a closure over the parameters)")
-    worst = max(growth, key=lambda g: len(g.second_half_steps), default=None)
-    measured = {"late_compile_steps": len(worst.second_half_steps) if worst else 0,
+    worst = max(growth, key=lambda g: len(late(g)), default=None)
+    measured = {"late_compile_steps": len(late(worst)) if worst else 0,
                 "first_half_compiles": worst.first_half if worst else 0,
                 "eval_recompile_steps": len(rep.eval_repeat_steps) if rep else 0}
     threshold = {"allowed_late_compile_steps": allowed, "reference_late_compile_steps": ref_late,
                  "warmup_end_step": w}
-    if worst is not None and len(worst.second_half_steps) > allowed:
-        at = worst.second_half_steps
-        fns = [e.get("function") or e["source"] for e in worst.events]
+    if worst is not None and len(late(worst)) > allowed:
+        at = late(worst)
+        fns = [e.get("function") or e["source"] for e in worst.events if e.get("step") in at]
         top = max(set(fns), key=fns.count) if fns else "?"
         causes = [e.get("cause") for e in worst.events if e.get("cause")]
         problems.append(
@@ -235,7 +241,8 @@ def recompilation(ctx: CheckContext) -> CheckResult:
             f"({fns.count(top)}x)" + (f"; cause: {causes[0]}" if causes else "")
             + " — shapes or Python values that change per step are baked into the graph")
     details = {"processes": [{"pid": g.pid, "steps": g.steps, "first_half": g.first_half,
-                              "second_half_steps": g.second_half_steps[:50], "allowed_events": g.allowed}
+                              "second_half_steps": late(g)[:50], "allowed_events": g.allowed,
+                              "after_rate_change": g.after_rate_change(quiet)[:50], "rate_changes": g.rate_changes[:50]}
                              for g in growth], "compiles": probe.get("compiles")}
     if problems:
         return _result(name, False, measured, threshold, "; ".join(problems), details)
@@ -243,6 +250,11 @@ def recompilation(ctx: CheckContext) -> CheckResult:
         return not_checked(L, name, "the probe saw no training steps to place compilations in")
     n_breaks = (probe.get("compiles") or {}).get("dynamo_graph_breaks", 0)
     note = f"; {n_breaks} torch.compile graph breaks" if n_breaks else ""
+    rewarm = worst.after_rate_change(quiet) if worst is not None else []
+    if rewarm:
+        note += (f"; new graphs at step(s) {', '.join(map(str, rewarm[:8]))} right after a learning-rate change, "
+                 f"while another change built none (rate changes at {', '.join(map(str, worst.rate_changes[:8]))}): "
+                 "the graphs are not keyed on the rate; a one-off the new value caused, not growth")
     return _result(name, True, measured, threshold,
                    f"compilation stopped: {measured['late_compile_steps']} step(s) with new graphs in the second "
                    f"half of training (allowed {allowed}), {measured['first_half_compiles']} after warm-up in the "

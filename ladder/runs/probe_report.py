@@ -356,6 +356,43 @@ class CompileGrowth:
     # for evaluation is allowed, not a new one at every evaluation (a jit built inside the evaluation function)
     eval_repeat_steps: list[int] = field(default_factory=list)
     eval_repeat_events: list[dict[str, Any]] = field(default_factory=list)
+    # the steps of every training compile (warm-up included), and the steps the learning rate changed at
+    train_steps: list[int] = field(default_factory=list)
+    rate_changes: list[int] = field(default_factory=list)
+
+    def after_rate_change(self, quiet: int) -> list[int]:
+        """Second-half compile steps explained by a change of the learning rate that the graphs are not keyed
+        on. A rate baked into a graph (a static argument, a constant) builds new graphs at every change, and
+        at every step under a per-step schedule: that stays growth. But when some change built no graph, the
+        graphs do not depend on the rate's value, and new ones right after another change are a one-off that
+        the new value happened to cause (torch_xla's sync-free SGD shares one device scalar between equal
+        values: once the rate equals the weight decay, its graph has one input fewer). Counted as such only
+        when compiling had stopped (at most `quiet` first-half compiles after warm-up), within as many steps
+        after the change as the program took to build its graphs at the start, and no more of them."""
+        if not self.rate_changes or self.first_half > quiet:
+            return []
+        # a change's graphs are built in the step it applies to, or in the interval before (a compile in the
+        # forward pass falls after the previous optimizer step)
+        starts = [c - 1 for c in self.rate_changes]
+        initial = [s for s in self.train_steps if s < min(starts[0], self.steps / 2 + 1)]
+        if not initial:
+            return []
+        span, most = max(max(initial) - 1, 0), len(initial)  # the last initial graph's distance from step 1
+        windows = []
+        for i, c in enumerate(self.rate_changes):
+            end = c + span if i + 1 == len(starts) else min(c + span, starts[i + 1] - 1)
+            windows.append([s for s in self.train_steps if c - 1 <= s <= end])
+        if all(windows):  # every change built graphs: the rate is in them
+            return []
+        late = set(self.second_half_steps)
+        return sorted({s for w in windows for s in w[:most] if s in late})
+
+
+def _rate_changes(r: dict[str, Any]) -> list[int]:
+    """Steps at which any optimizer's recorded learning rate changed (its change log after the first value)."""
+    steps = {_int(v[0]) for o in r.get("optimizers") or [] for v in ((o.get("lr") or {}).get("values") or [])[1:]
+             if isinstance(v, (list, tuple)) and v}
+    return sorted(s for s in steps if s > 1)
 
 
 def compile_growth(run: "RunRecord", warmup: int) -> list[CompileGrowth]:
@@ -367,6 +404,7 @@ def compile_growth(run: "RunRecord", warmup: int) -> list[CompileGrowth]:
         late_steps: set[int] = set()
         first = allowed = 0
         late_events = []
+        train_steps: set[int] = set()
         eval_first: dict[str, int] = {}
         repeats: set[int] = set()
         repeat_events = []
@@ -384,6 +422,7 @@ def compile_growth(run: "RunRecord", warmup: int) -> list[CompileGrowth]:
                         repeats.add(int(s))
                         repeat_events.append(e)
                 continue
+            train_steps.add(int(s))
             if s <= warmup:
                 continue
             if s <= steps / 2:
@@ -392,5 +431,5 @@ def compile_growth(run: "RunRecord", warmup: int) -> list[CompileGrowth]:
                 late_steps.add(int(s))
                 late_events.append(e)
         out.append(CompileGrowth(p.get("pid"), steps, first, sorted(late_steps), allowed, late_events,
-                                 sorted(repeats), repeat_events))
+                                 sorted(repeats), repeat_events, sorted(train_steps), _rate_changes(p)))
     return out
