@@ -88,6 +88,41 @@ def reference(runs, torch_python) -> RunRecord:
     return runs(torch_python, "torch_train.py")
 
 
+# ---------------------------------------------------------------- L1 with the baseline's run at the same seed
+
+@pytest.mark.slow
+def test_a_run_that_trains_as_the_same_seed_reference_but_evaluates_differently_fails_metric(
+        runs, torch_python) -> None:
+    # The metric's seed spread is wide here (0.60-0.84 over 4 seeds): an evaluation that averages per-batch
+    # accuracies over batches of 112 and 16 passes the calibrated band. But the run trains exactly as the
+    # reference's own run at its seed (same weights, same batches), so its metric must agree with that run's.
+    seeds = [runs(torch_python, "torch_train.py", "--seed", str(s)).model_copy(update={"seed": s}) for s in range(4)]
+    meta = BaselineMeta(name="t", version=1, created_at=0.0, profile="reference", platform="cpu",
+                        seeds=[0, 1, 2, 3], full_seeds=[], spec_sha256="", protocol="ncsu")
+    base = Baseline(root=Path(seeds[0].cwd), meta=meta, short_runs=seeds, full_runs=[])
+
+    def metric(run: RunRecord) -> CheckResult:
+        run = run.model_copy(update={"seed": 1})
+        checks = run_ladder(CheckContext(run=run, protocol=load_protocol(), baseline=base,
+                                         expected_platform="cpu"), up_to="L1").checks
+        return next(c for c in checks if c.name == "metric")
+
+    bad = runs(torch_python, "torch_train.py", "--seed", "1", "--fault", "eval_batch_means")
+    assert abs(bad.metric - seeds[1].metric) / seeds[1].metric > 0.05  # the fault really moves the metric
+    c = metric(bad)
+    assert c.status == "failed", c.evidence
+    same = c.details["same_seed"]
+    assert same["seed"] == 1 and same["drift"] < 1e-5 and same["metric_rel_diff"] > same["tol"], same
+    assert "the evaluation differs" in c.evidence and "calibrated" in c.details  # the band's verdict kept beside
+    # the same training by another code path (torch.func and SGD written by hand) evaluates the same: passes
+    ok = metric(runs(torch_python, "torch_train.py", "--seed", "1", "--func"))
+    assert ok.status == "passed" and ok.details["same_seed"]["metric_rel_diff"] <= ok.details["same_seed"]["tol"]
+    # at another seed there is no same-seed run to follow: the band alone judges, and the fault passes it
+    other = metric(runs(torch_python, "torch_train.py", "--seed", "5", "--fault", "eval_batch_means").model_copy(
+        update={"seed": 5}))
+    assert "same_seed" not in other.details and other.status != "failed", other.evidence
+
+
 # ---------------------------------------------------------------- torch CPU (reference stack)
 
 @pytest.mark.slow

@@ -186,10 +186,18 @@ class Verdict:
 
 
 def judge_trial(short: RunRecord, full: RunRecord, pool_short: list[RunRecord], pool_full: list[RunRecord],
-                protocol, platform: str, rule: str, seed: int, options: dict[str, Any] | None = None) -> Verdict:
+                protocol, platform: str, rule: str, seed: int, options: dict[str, Any] | None = None,
+                variant: bool = True) -> Verdict:
     """Judge one trial as the supervisor would. `rule`: "ladder" (calibrated, starting from the default
     baseline of the other seeds, seeds added when undecided) or "fixed" (the paired reference seed). `options`:
-    the checks' options, e.g. {"parity": sides} for ladder with its L1 parity check."""
+    the checks' options, e.g. {"parity": sides} for ladder with its L1 parity check. A port's trial is run at a
+    seed the supervisor's baseline holds: the calibrated verdict keeps that seed out of its band (as for the
+    reference's own trials), and the metric check gets the reference's run at that seed apart, as
+    options["same_seed"] (`variant`=False for the reference's own trials, which would meet themselves)."""
+    if variant and rule == "ladder":
+        same = {k: next((r for r in pool if r.seed == seed), None) for k, pool in (("short", pool_short),
+                                                                                  ("full", pool_full))}
+        options = {**(options or {}), "same_seed": {k: r for k, r in same.items() if r is not None}}
     judge = lambda *a, **k: _judge(*a, **k, options=options)  # noqa: E731
     if rule == "fixed":
         proto = protocol.model_copy(update={"l1": protocol.l1.model_copy(update={"rule": "fixed"})})
@@ -355,8 +363,10 @@ def main() -> None:
                      "round": v.get("round", 1),
                      "stack": v["stack"], "seed": s, "expect": v.get("expect", []), "what": v.get("what", ""),
                      "metric": {"short": short.metric, "full": full.metric}}
+                port = profile != "reference"
                 for rule in ("ladder", "fixed"):
-                    verdict = judge_trial(short, full, pool_short, pool_full, protocol, platform, rule, s)
+                    verdict = judge_trial(short, full, pool_short, pool_full, protocol, platform, rule, s,
+                                          variant=port)
                     t[rule] = verdict_record(verdict, v.get("expect", []))
                 if parity:
                     outcome = parity.get((pdir.name, v["name"]))
@@ -364,7 +374,7 @@ def main() -> None:
                     if sides and all(Path(sides[k], "parity.json").is_file() for k in ("reference", "target")):
                         # ladder itself with the parity check: its L1 verdict, and the L2 rules that use it
                         verdict = judge_trial(short, full, pool_short, pool_full, protocol, platform, "ladder", s,
-                                              {"parity": sides})
+                                              {"parity": sides}, variant=port)
                         t["parity"] = {"flagged": bool(outcome.get("flagged")), "first": outcome.get("first", "")}
                         t["ladder_parity"] = verdict_record(verdict, v.get("expect", []))
                     else:  # results of an older parity run (no side directories): the joined verdicts

@@ -43,6 +43,28 @@ def rel_diff(value: float, reference: float) -> float:
 
 
 @dataclass(frozen=True)
+class Pairing:
+    """How closely a run's loss curve follows another run's at their common logged steps (relative)."""
+
+    steps: int
+    first: float  # at the first common step
+    drift: float  # the largest over all common steps
+    at: int  # the step of the largest
+
+
+def pairing(curve: list[LossPoint], other: list[LossPoint]) -> Pairing | None:
+    """None when the curves share fewer than 3 finite logged steps."""
+    a = {p.step: p.loss for p in curve if math.isfinite(p.loss)}
+    b = {p.step: p.loss for p in other if math.isfinite(p.loss)}
+    common = sorted(set(a) & set(b))
+    if len(common) < 3:
+        return None
+    rel = [rel_diff(a[s], b[s]) for s in common]
+    i = max(range(len(rel)), key=rel.__getitem__)
+    return Pairing(len(common), rel[0], rel[i], common[i])
+
+
+@dataclass(frozen=True)
 class TrendResult:
     agree: bool
     run_classes: list[str]

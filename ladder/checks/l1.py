@@ -13,9 +13,10 @@ from __future__ import annotations
 from typing import Any
 
 from ladder.checks import CheckContext, not_checked, register
-from ladder.checks.compare import rel_diff, trend_test, window_mean
+from ladder.checks.compare import pairing, rel_diff, trend_test, window_mean
 from ladder.checks.results import CheckResult
 from ladder.checks.stats import Seeds, Verdict
+from ladder.runs.records import RunRecord
 
 
 def seeds_for(ctx: CheckContext) -> Seeds:
@@ -88,10 +89,53 @@ def metric(ctx: CheckContext) -> CheckResult:
     if calibrated_rule(ctx):
         from ladder.checks.stats import calibrated_metric
 
-        return _calibrated("metric", ctx, calibrated_metric(ctx.run, seeds_for(ctx), ctx.protocol), ctx.run.metric,
-                           ev, details)
+        res = _calibrated("metric", ctx, calibrated_metric(ctx.run, seeds_for(ctx), ctx.protocol), ctx.run.metric,
+                          ev, details)
+        return _same_seed_metric(ctx, res)
     return CheckResult(level="L1", name="metric", status="passed" if fixed_ok else "failed", measured=round(d, 6),
                        threshold=tol, evidence=ev + " | the protocol's rule is the fixed rule", details=details)
+
+
+def same_seed_run(ctx: CheckContext) -> RunRecord | None:
+    """The baseline's run of this kind at this run's seed (a benchmark that keeps that seed out of the
+    baseline hands it in as options["same_seed"][kind])."""
+    ref = ctx.reference()
+    if ref is not None and ref.seed == ctx.run.seed:
+        return ref
+    other = (ctx.options.get("same_seed") or {}).get(ctx.run.kind)
+    return other if other is not None and other.seed == ctx.run.seed else None
+
+
+def _same_seed_metric(ctx: CheckContext, res: CheckResult) -> CheckResult:
+    """A run that reproduces the baseline's own run at its seed (a port that draws the same initial weights
+    and batches: torch_xla from the host's generator) trained the same model to within its curves' drift;
+    the seeds' spread is then far too wide a yardstick for its metric, which must agree with that run's to
+    about the same drift. A metric off by more, after the same training, is an evaluation that differs
+    (what it averages, over which items, in which mode)."""
+    other = same_seed_run(ctx)
+    r = ctx.protocol.l1
+    if other is None or other.metric is None or ctx.run.metric is None or res.status == "failed":
+        return res
+    p = pairing(ctx.run.loss_curve, other.loss_curve)
+    if p is None or p.first > r.same_seed_start_tol or p.drift > r.same_seed_max_drift:
+        return res
+    items = next((e.items for e in reversed(ctx.run.evals) if e.items), None)
+    item = 1.0 / items / abs(other.metric) if items and other.metric else 0.0
+    tol = max(r.same_seed_factor * p.drift, r.same_seed_floor, item)
+    d = rel_diff(ctx.run.metric, other.metric)
+    facts = {"seed": other.seed, "common_steps": p.steps, "first": p.first, "drift": p.drift, "drift_at": p.at,
+             "metric_rel_diff": d, "tol": tol}
+    details = {**(res.details or {}), "same_seed": facts}
+    text = (f"the run reproduces the baseline's run at seed {other.seed}: its loss within {p.drift:.1e} at "
+            f"{p.steps} common logged steps (largest at step {p.at}), and {ctx.run.metric_name} {ctx.run.metric:.6g} "
+            f"vs {other.metric:.6g}, relative difference {d:.1e}")
+    if d <= tol:
+        return res.model_copy(update={"details": details, "evidence": f"{res.evidence} | {text} (within {tol:.1e})"})
+    return res.model_copy(update={
+        "status": "failed", "details": details,
+        "evidence": f"{text}, beyond {tol:.1e} (max({r.same_seed_factor:g} x the loss drift, "
+                    f"{r.same_seed_floor:g}, one evaluated item's share)): the same training, another result — "
+                    f"the evaluation differs (what it averages, over which items, in which mode) | {res.evidence}"})
 
 
 @register("L1", "trend")

@@ -41,6 +41,10 @@ class L1Rules(_Section):
     trend_flat_tol: float
     trend_near_flat: float
     random_repeat_calls: int
+    same_seed_start_tol: float
+    same_seed_max_drift: float
+    same_seed_factor: float
+    same_seed_floor: float
 
 
 class CalibratedRules(_Section):
