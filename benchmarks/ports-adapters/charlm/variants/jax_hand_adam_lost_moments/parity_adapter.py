@@ -1,0 +1,1 @@
+../jax_hand_adamw/parity_adapter.py
