@@ -1,0 +1,1 @@
+../jax_manual_adam/parity_adapter.py
