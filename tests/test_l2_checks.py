@@ -233,6 +233,23 @@ def test_a_clip_that_never_bound_is_noted_not_a_difference(runs, torch_python, r
 
 
 @pytest.mark.slow
+def test_parameter_groups_the_program_labels_are_groups_not_another_optimizer(runs, torch_python,
+                                                                                reference) -> None:
+    # round 9's xla_param_groups_same_wd: torch param groups carrying a "name" key (the program's label, as in
+    # {"params": ..., "name": "no_decay"}) were read as optax's per-group transformation names: "optimizer
+    # sgd -> decay+no_decay" for groups with the reference's very settings
+    run = runs(torch_python, "torch_train.py", "--named-groups")
+    assert [g["name"] for g in run.probe["optimizers"][0]["param_groups"]] == ["decay", "no_decay"]
+    c = l2(run, "cpu", reference)["optimizer_unchanged"]
+    assert c.status == "passed", c.evidence
+    # a setting that does differ in a labelled group is still named, as a hyperparameter, not an optimizer
+    bad = l2(runs(torch_python, "torch_train.py", "--named-groups", "--fault", "weight_decay"), "cpu",
+             reference)["optimizer_unchanged"]
+    assert bad.status == "failed" and "weight_decay None -> 0.01" in bad.evidence and "optimizer sgd" not in bad.evidence, \
+        bad.evidence
+
+
+@pytest.mark.slow
 def test_the_learning_rate_each_step_ran_at_is_compared(runs, torch_python, jax_python) -> None:
     # real-repos item 12: a constant 3e-4 against 1e-4 passed, as `lr` is left to schedules. The rate each
     # step really ran at is recorded (a torch scheduler's values; an optax schedule evaluated at exit) and

@@ -647,7 +647,10 @@ def tensor_settings(o: dict[str, Any], ignore: list[str]) -> list[tuple[str, tup
             h[k] = v
         if "b1" in h and "b2" in h:
             h["betas"] = [h.pop("b1"), h.pop("b2")]
-        name = _NAME_ALIASES.get(str(g.get("name") or cls_name).lower(), str(g.get("name") or cls_name).lower())
+        # an optax group's name is its transformation; a torch group's "name" is the program's own label
+        # ({"params": ..., "name": "no_decay"}), and the optimizer is the class
+        label = cls_name if framework == "torch" else str(g.get("name") or cls_name).lower()
+        name = _NAME_ALIASES.get(label, label)
         wd = _neutral(h.get("weight_decay"))
         h["weight_decay"] = wd
         if wd:
