@@ -615,6 +615,13 @@ def test_a_seed_that_never_reaches_the_generators_fails_randomness(runs, jax_pyt
     unseeded = check(runs(torch_python, "torch_train.py", "--unseeded"), 0, reference)
     assert unseeded.status == "failed" and "the reference seeds torch.manual_seed and the run never does" in \
         unseeded.evidence, unseeded.evidence
+    # round 9's xla_seedsequence_streams: the seed spawns numpy SeedSequence children; one child's state seeds
+    # torch (a derived number), the other goes whole to default_rng: its entropy is the run's seed
+    spawned = runs(torch_python, "torch_train.py", "--seed", "5", "--seed-sequence", "run")
+    assert spawned.probe["processes"][0]["seed"]["values"]["numpy.random.default_rng"] == [5]
+    assert check(spawned, 5, reference).status == "not_applicable"  # seeded as it should be; no JAX draws
+    fixed = check(runs(torch_python, "torch_train.py", "--seed", "5", "--seed-sequence", "const"), 5, reference)
+    assert fixed.status == "failed" and "numpy.random.default_rng(1234)" in fixed.evidence, fixed.evidence
 
 
 @pytest.mark.slow

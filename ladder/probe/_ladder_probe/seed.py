@@ -6,7 +6,8 @@ LADDER_SEED (the run's seed, times a large prime); LADDER_SEED=0 leaves the prog
 default generator, which an unseeded program uses, is seeded with its default seed plus the offset when
 torch is imported. Not patched: numpy.random.RandomState(seed) and torch.Generator().manual_seed(seed)
 (their classes are compiled); the report lists what was called, so a program whose runs still come out
-identical is named.
+identical is named. A SeedSequence handed to default_rng counts by its entropy (the seed it was built from),
+a list of ints by its elements; neither is offset.
 
 Without the option the same functions are only watched: the values the program seeds them with (the first
 few of each) go into the report, and L1 `randomness` asks whether the run's own seed reaches them.
@@ -41,6 +42,26 @@ def _offset() -> int:
         return 0
 
 
+def _seed_ints(seed, depth: int = 0) -> list:
+    """The integers a seeding call's argument carries: an int (numpy's too), a sequence of ints (numpy takes
+    [seed, rank]), or a numpy SeedSequence's entropy (default_rng(SeedSequence(seed).spawn(3)[0]))."""
+    if seed is None or isinstance(seed, bool) or depth > 2:
+        return []
+    if isinstance(seed, int):
+        return [seed]
+    if type(seed).__module__.startswith("numpy") and hasattr(seed, "__index__") and not hasattr(seed, "entropy"):
+        try:
+            return [int(seed.__index__())]
+        except Exception:
+            return []
+    entropy = getattr(seed, "entropy", None) if type(seed).__name__ == "SeedSequence" else None
+    if entropy is not None:
+        return _seed_ints(entropy, depth + 1)
+    if isinstance(seed, (list, tuple)):
+        return [i for x in seed[:_VALUES_KEPT] for i in _seed_ints(x, depth + 1)]
+    return []
+
+
 def _wrap(owner, attr: str, label: str, modulus: int | None) -> None:
     fn = getattr(owner, attr, None)
     if fn is None or getattr(fn, "_ladder_wrapped", False):
@@ -48,10 +69,13 @@ def _wrap(owner, attr: str, label: str, modulus: int | None) -> None:
 
     def seeded(seed=None, *args, **kwargs):
         _s["calls"][label] = _s["calls"].get(label, 0) + 1
+        kept = _s["values"].setdefault(label, [])
+        for v in _seed_ints(seed):  # as the program passed it: does the run's seed reach its generators?
+            if len(kept) < _VALUES_KEPT and v not in kept:
+                kept.append(v)
+        if not kept:
+            del _s["values"][label]
         if isinstance(seed, int) and not isinstance(seed, bool):
-            kept = _s["values"].setdefault(label, [])
-            if len(kept) < _VALUES_KEPT and seed not in kept:
-                kept.append(seed)  # as the program passed it: does the run's seed reach its generators?
             seed = seed + _offset()
             if modulus:
                 seed %= modulus
