@@ -279,6 +279,21 @@ def test_the_learning_rate_each_step_ran_at_is_compared(runs, torch_python, jax_
 
 
 @pytest.mark.slow
+def test_a_rate_set_after_the_step_it_was_meant_for_is_named_at_the_step_it_is_far_off(runs, torch_python) -> None:
+    # round 9's xla_lr_after_step: a warmup rate set by hand after optimizer.step(). Every later step runs at
+    # the rate one step behind (a shift the comparison allows), but step 1 runs at the optimizer's initial rate,
+    # 10x the warmup's first: one step among 40, which the 1% allowance let pass
+    ref = runs(torch_python, "torch_train.py", "--warmup")
+    assert ref.probe["optimizers"][0]["lr"]["values"][:2] == [[1, pytest.approx(0.002)], [2, pytest.approx(0.004)]]
+    assert l2(runs(torch_python, "torch_train.py", "--warmup"), "cpu", ref)["optimizer_unchanged"].status == "passed"
+    run = runs(torch_python, "torch_train.py", "--warmup", "--fault", "lr_after_step")
+    assert run.probe["optimizers"][0]["lr"]["values"][:2] == [[1, 0.02], [2, pytest.approx(0.002)]]
+    c = l2(run, "cpu", ref)["optimizer_unchanged"]
+    assert c.status == "failed" and "learning rate 0.02 at step 1, where the reference ran at 0.002 / 0.004" in \
+        c.evidence, c.evidence
+
+
+@pytest.mark.slow
 def test_a_schedule_stepped_before_the_optimizer_is_named_though_its_rates_are_one_step_apart(runs,
                                                                                              torch_python) -> None:
     # scheduler.step() above optimizer.step(): MultiStepLR halves the rate at step 20 instead of 21, a one-step

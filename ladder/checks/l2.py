@@ -883,6 +883,20 @@ def lr_difference(run_opt: dict[str, Any], ref_opt: dict[str, Any], run_steps: i
         return abs(x - y) / max(abs(x), abs(y), 1e-30)
 
     off = [i for i, r in enumerate(ref) if min(rel(v[i], r) for v in near) > tol]
+    # and the other way: a rate the run ran at that the reference never ran at near that step (a rate set after
+    # the step it was meant for: the first update at the optimizer's initial rate, 31x the warmup's first)
+    runs_at = near[1]
+    ref_near = [_lr_at(vb, [s + d for s in grid]) for d in (-1, 0, 1)]
+    off_run = [i for i, r in enumerate(runs_at) if min(rel(r, v[i]) for v in ref_near) > tol]
+    # the allowance is for rates a little off at a few steps; one at twice or half the reference's is not
+    far = sorted({i for i in off if min(rel(v[i], ref[i]) for v in near) > 0.5}
+                 | {i for i in off_run if min(rel(runs_at[i], v[i]) for v in ref_near) > 0.5})
+    if far:
+        i = far[0]
+        near_ref = sorted({ref_near[d][i] for d in range(3)})
+        return (f"learning rate {runs_at[i]:.6g} at step {grid[i]}, where the reference ran at "
+                f"{' / '.join(f'{v:.6g}' for v in near_ref)} (that step and its neighbours): {len(far)} step(s) at "
+                f"more than twice or under half the reference's rate"), None
     if len(off) <= max(1, share * len(grid)):
         return None, None
     i, last = off[0], len(grid) - 1
