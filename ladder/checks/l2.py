@@ -28,7 +28,7 @@ from typing import Any
 from ladder.checks import CheckContext, not_checked, register
 from ladder.checks.replay import replay
 from ladder.checks.results import CheckResult
-from ladder.runs.probe_report import CompileGrowth, classify_aten, compile_growth, logged_steps_per_step, read_rates
+from ladder.runs.probe_report import classify_aten, compile_growth, logged_steps_per_step, read_rates
 from ladder.runs.records import RunRecord
 
 L = "L2"
@@ -206,12 +206,12 @@ def recompilation(ctx: CheckContext) -> CheckResult:
     ref = ctx.reference()
     ref_growth = compile_growth(ref, warmup_end(ctx, total_steps(ref))) if ref is not None and ref.probe else []
     quiet = rules.max_late_compile_steps
-
-    def late(g: CompileGrowth) -> list[int]:
-        rewarm = set(g.after_rate_change(quiet))
-        return [s for s in g.second_half_steps if s not in rewarm]
-
-    ref_late = max((len(late(g)) for g in ref_growth), default=0)
+    rewarm: dict[int, list[int]] = {}  # id(growth) -> its second-half steps explained by a rate change
+    late: dict[int, list[int]] = {}  # id(growth) -> the rest: the steps judged
+    for g in [*growth, *ref_growth]:
+        rewarm[id(g)] = g.after_rate_change(quiet)
+        late[id(g)] = [s for s in g.second_half_steps if s not in rewarm[id(g)]]
+    ref_late = max((len(late[id(g)]) for g in ref_growth), default=0)
     ref_rep = max((len(g.eval_repeat_steps) for g in ref_growth), default=0)
     allowed = ref_late + rules.max_late_compile_steps
     rep = max(growth, key=lambda g: len(g.eval_repeat_steps), default=None)
@@ -223,14 +223,14 @@ def recompilation(ctx: CheckContext) -> CheckResult:
             f"{', '.join(map(str, rep.eval_repeat_steps[:8]))}), against {ref_rep} in the reference (allowed "
             f"{ref_rep + rules.max_late_compile_steps}); again and again: {top} ({fns.count(top)}x) — a function "
             "built anew at each evaluation (a jit inside the evaluation function, a closure over the parameters)")
-    worst = max(growth, key=lambda g: len(late(g)), default=None)
-    measured = {"late_compile_steps": len(late(worst)) if worst else 0,
+    worst = max(growth, key=lambda g: len(late[id(g)]), default=None)
+    at = late[id(worst)] if worst is not None else []
+    measured = {"late_compile_steps": len(at),
                 "first_half_compiles": worst.first_half if worst else 0,
                 "eval_recompile_steps": len(rep.eval_repeat_steps) if rep else 0}
     threshold = {"allowed_late_compile_steps": allowed, "reference_late_compile_steps": ref_late,
                  "warmup_end_step": w}
-    if worst is not None and len(late(worst)) > allowed:
-        at = late(worst)
+    if worst is not None and len(at) > allowed:
         fns = [e.get("function") or e["source"] for e in worst.events if e.get("step") in at]
         top = max(set(fns), key=fns.count) if fns else "?"
         causes = [e.get("cause") for e in worst.events if e.get("cause")]
@@ -241,8 +241,8 @@ def recompilation(ctx: CheckContext) -> CheckResult:
             f"({fns.count(top)}x)" + (f"; cause: {causes[0]}" if causes else "")
             + " — shapes or Python values that change per step are baked into the graph")
     details = {"processes": [{"pid": g.pid, "steps": g.steps, "first_half": g.first_half,
-                              "second_half_steps": late(g)[:50], "allowed_events": g.allowed,
-                              "after_rate_change": g.after_rate_change(quiet)[:50], "rate_changes": g.rate_changes[:50]}
+                              "second_half_steps": late[id(g)][:50], "allowed_events": g.allowed,
+                              "after_rate_change": rewarm[id(g)][:50], "rate_changes": g.rate_changes[:50]}
                              for g in growth], "compiles": probe.get("compiles")}
     if problems:
         return _result(name, False, measured, threshold, "; ".join(problems), details)
@@ -250,9 +250,9 @@ def recompilation(ctx: CheckContext) -> CheckResult:
         return not_checked(L, name, "the probe saw no training steps to place compilations in")
     n_breaks = (probe.get("compiles") or {}).get("dynamo_graph_breaks", 0)
     note = f"; {n_breaks} torch.compile graph breaks" if n_breaks else ""
-    rewarm = worst.after_rate_change(quiet) if worst is not None else []
-    if rewarm:
-        note += (f"; new graphs at step(s) {', '.join(map(str, rewarm[:8]))} right after a learning-rate change, "
+    rebuilt = rewarm[id(worst)] if worst is not None else []
+    if rebuilt:
+        note += (f"; new graphs at step(s) {', '.join(map(str, rebuilt[:8]))} right after a learning-rate change, "
                  f"while another change built none (rate changes at {', '.join(map(str, worst.rate_changes[:8]))}): "
                  "the graphs are not keyed on the rate; a one-off the new value caused, not growth")
     return _result(name, True, measured, threshold,
@@ -882,15 +882,16 @@ def lr_difference(run_opt: dict[str, Any], ref_opt: dict[str, Any], run_steps: i
     def rel(x: float, y: float) -> float:
         return abs(x - y) / max(abs(x), abs(y), 1e-30)
 
-    off = [i for i, r in enumerate(ref) if min(rel(v[i], r) for v in near) > tol]
-    # and the other way: a rate the run ran at that the reference never ran at near that step (a rate set after
-    # the step it was meant for: the first update at the optimizer's initial rate, 31x the warmup's first)
+    # each reference step's distance to the run's rates near it, and the other way: a rate the run ran at that
+    # the reference never ran at near that step (a rate set after the step it was meant for: the first update
+    # at the optimizer's initial rate, 31x the warmup's first)
     runs_at = near[1]
     ref_near = [_lr_at(vb, [s + d for s in grid]) for d in (-1, 0, 1)]
-    off_run = [i for i, r in enumerate(runs_at) if min(rel(r, v[i]) for v in ref_near) > tol]
+    to_run = [min(rel(v[i], r) for v in near) for i, r in enumerate(ref)]
+    to_ref = [min(rel(r, v[i]) for v in ref_near) for i, r in enumerate(runs_at)]
+    off = [i for i, d in enumerate(to_run) if d > tol]
     # the allowance is for rates a little off at a few steps; one at twice or half the reference's is not
-    far = sorted({i for i in off if min(rel(v[i], ref[i]) for v in near) > 0.5}
-                 | {i for i in off_run if min(rel(runs_at[i], v[i]) for v in ref_near) > 0.5})
+    far = [i for i in range(len(grid)) if max(to_run[i], to_ref[i]) > 0.5]
     if far:
         i = far[0]
         near_ref = sorted({ref_near[d][i] for d in range(3)})

@@ -373,14 +373,14 @@ class CompileGrowth:
             return []
         # a change's graphs are built in the step it applies to, or in the interval before (a compile in the
         # forward pass falls after the previous optimizer step)
-        starts = [c - 1 for c in self.rate_changes]
-        initial = [s for s in self.train_steps if s < min(starts[0], self.steps / 2 + 1)]
+        changes = self.rate_changes
+        initial = [s for s in self.train_steps if s < min(changes[0] - 1, self.steps / 2 + 1)]
         if not initial:
             return []
         span, most = max(max(initial) - 1, 0), len(initial)  # the last initial graph's distance from step 1
         windows = []
-        for i, c in enumerate(self.rate_changes):
-            end = c + span if i + 1 == len(starts) else min(c + span, starts[i + 1] - 1)
+        for i, c in enumerate(changes):
+            end = c + span if i + 1 == len(changes) else min(c + span, changes[i + 1] - 2)
             windows.append([s for s in self.train_steps if c - 1 <= s <= end])
         if all(windows):  # every change built graphs: the rate is in them
             return []
