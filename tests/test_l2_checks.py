@@ -641,6 +641,32 @@ def test_a_seed_that_never_reaches_the_generators_fails_randomness(runs, jax_pyt
 
 @pytest.mark.slow
 @pytest.mark.jax
+def test_a_key_derived_from_the_seed_reaches_the_generator_and_a_constant_does_not(runs, jax_python, torch_python,
+                                                                                     tmp_path) -> None:
+    # PRNGKey(seed * 1000 + 7) holds another value than the seed, yet changes with it: the probe follows the
+    # --seed option (the run's seed, LADDER_SEED, as the runner sets it) through the arithmetic
+    from ladder.checks.randomness import randomness
+
+    reference = runs(torch_python, "torch_train.py")
+
+    def check(args: list[str], ladder_seed: str, name: str) -> CheckResult:
+        (tmp_path / name).mkdir()
+        run = capture(jax_python, "jax_train.py", ["--seed", "5", *args], tmp_path / name,
+                      env={"LADDER_SEED": ladder_seed})
+        return randomness(CheckContext(run=run.model_copy(update={"seed": 5}), protocol=load_protocol(),
+                                       baseline=_baseline(reference)))
+
+    derived = check(["--seed-derived"], "5", "derived")
+    assert derived.status == "passed", derived.evidence
+    # the same run where the option's value is not the run's seed: nothing to follow, judged by value alone
+    unfollowed = check(["--seed-derived"], "0", "unfollowed")
+    assert unfollowed.status == "failed" and "jax.random.PRNGKey(1, 2, 5007)" in unfollowed.evidence, unfollowed.evidence
+    constant = check(["--seed-unused"], "5", "constant")  # the option is followed, and never reaches the key
+    assert constant.status == "failed" and "reaches none of its generators" in constant.evidence, constant.evidence
+
+
+@pytest.mark.slow
+@pytest.mark.jax
 def test_jax_on_cpu_when_tpu_expected_fails_platform(runs, jax_python, reference) -> None:
     run = runs(jax_python, "jax_train.py")
     c = l2(run, "jax-tpu", reference)["platform"]

@@ -316,4 +316,7 @@ def test_grad_norms_thin_out_only_when_they_would_cost_more_than_the_budget(tmp_
     # the measured cost, so it changes within a run and with the machine's load: 16 and more on an idle
     # machine, 4 on one running two benchmarks beside the tests; how far it thins is not asserted)
     thinned = [pt[0] for pt in fast if pt[0] > 100]
-    assert thinned and all(s % 2 == 0 for s in thinned), thinned
+    # (a step the machine stalled on lowers k, down to 1 at the worst: an odd step or two under load; unrounded,
+    # k = 3, 5, 19 ... keeps half of its steps odd)
+    odd = [s for s in thinned if s % 2]
+    assert thinned and len(odd) <= 0.1 * len(thinned), (odd, len(thinned))

@@ -43,6 +43,15 @@ def repeats(facts: dict[str, Any] | None, min_calls: int) -> list[str]:
     return out
 
 
+def _from_seed(probe: dict[str, Any] | None) -> list[str]:
+    """The generators the probe saw seeded with a value derived from the run's own seed option (seed + 1,
+    seed * 1000 + epoch: ladder/probe/_ladder_probe/seed.py follows the option's value through arithmetic)."""
+    out: set[str] = set()
+    for p in (probe or {}).get("processes") or []:
+        out.update(((p.get("seed") or {}).get("from_seed") or {}).keys())
+    return sorted(label.replace("torch.random.", "torch.") for label in out)
+
+
 def _seeding(probe: dict[str, Any] | None) -> tuple[dict[str, set[int]], bool] | None:
     """The values each seeding function was called with, over every process (torch.random.manual_seed is
     torch.manual_seed), and whether the probe set the seeds itself ([probe] seed = true); None for a probe that
@@ -64,7 +73,8 @@ def unseeded(run, ref) -> tuple[str | None, dict[str, set[int]]]:  # noqa: ANN00
     """Whether the run's seed reaches the generators the reference seeds from its own: a seed never passed on
     (a config built with a constant seed) makes runs at different seeds the same run; a generator the
     reference seeds and a port of the same framework leaves alone (torch.manual_seed replaced by a device-only
-    seed) draws numbers no seed controls. Values are compared only where the program receives the seed; where
+    seed) draws numbers no seed controls. Values are compared only where the program receives the seed (a value
+the probe followed from the seed option through arithmetic, as in PRNGKey(seed + 1), counts as the seed); where
     the probe seeds a self-seeding program ([probe] seed = true), only which generators are seeded. Returns
     (why, the run's seeding values)."""
     mine, theirs = _seeding(run.probe), _seeding(ref.probe if ref is not None else None)
@@ -73,7 +83,7 @@ def unseeded(run, ref) -> tuple[str | None, dict[str, set[int]]]:  # noqa: ANN00
     (values, mode), (ref_values, ref_mode) = mine, theirs
     if not (mode or ref_mode) and run.seed is not None and ref.seed is not None:
         ref_with = sorted(label for label, vs in ref_values.items() if int(ref.seed) in vs)
-        if ref_with and not any(int(run.seed) in vs for vs in values.values()):
+        if ref_with and not any(int(run.seed) in vs for vs in values.values()) and not _from_seed(run.probe):
             calls = "; ".join(f"{label}({', '.join(map(str, sorted(vs)[:3]))})" for label, vs in sorted(values.items()))
             why = (f"the run's seed {run.seed} reaches none of its generators ({calls or 'no seeding call'}), while "
                    f"the reference seeds {', '.join(ref_with)} with its own: the run is the same whatever its seed")

@@ -11,6 +11,13 @@ a list of ints by its elements; neither is offset.
 
 Without the option the same functions are only watched: the values the program seeds them with (the first
 few of each) go into the report, and L1 `randomness` asks whether the run's own seed reaches them.
+
+A seed a port derives (`PRNGKey(seed + 1)`, `default_rng(seed * 1000 + epoch)`) has another value than the run's
+seed, yet comes from it. So the seed flag is followed: when the program parses its arguments with argparse, an
+int option whose name holds "seed" and whose value is the run's seed (LADDER_SEED) becomes a `_FromSeed`, an int
+of the same value, hash and comparisons whose arithmetic with ints gives `_FromSeed` again. A seeding call that
+receives one (or a list or SeedSequence holding one) is reported as reached by the run's seed (`from_seed`).
+`int(x)`, `str(x)` and pickling give plain ints, so a seed that passes through them is judged by its value alone.
 """
 
 from __future__ import annotations
@@ -24,13 +31,55 @@ import _ladder_probe as core
 SNAPSHOT_ORDER = 4
 _PRIME = 1_000_003
 _TORCH_DEFAULT_SEED = 67280421310721
-_s: dict = {"calls": {}, "patched": [], "values": {}}
+_s: dict = {"calls": {}, "patched": [], "values": {}, "from_seed": {}, "flag": None}
 _VALUES_KEPT = 8
 
 
 def reset() -> None:
     _s["calls"] = {}
     _s["values"] = {}
+    _s["from_seed"] = {}
+
+
+class _FromSeed(int):
+    """The run's seed as the program's seed option holds it: the same int, which stays a _FromSeed through
+    integer arithmetic, so a value derived from the seed can be told from a constant where it seeds a
+    generator. It pickles as a plain int (a child process or a checkpoint never needs the probe)."""
+
+    __slots__ = ()
+
+    def __reduce__(self):
+        return (int, (int(self),))
+
+
+def _lifted(name: str):
+    op = getattr(int, name)
+
+    def lifted(self, *args):
+        out = op(self, *args)
+        return _FromSeed(out) if type(out) is int else out
+
+    lifted.__name__ = name
+    return lifted
+
+
+for _name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__floordiv__",
+              "__rfloordiv__", "__mod__", "__rmod__", "__pow__", "__rpow__", "__lshift__", "__rlshift__",
+              "__rshift__", "__rrshift__", "__and__", "__rand__", "__or__", "__ror__", "__xor__", "__rxor__",
+              "__neg__", "__pos__", "__abs__", "__invert__"):
+    setattr(_FromSeed, _name, _lifted(_name))
+
+
+def _carries_seed(seed, depth: int = 0) -> bool:
+    if isinstance(seed, _FromSeed):
+        return True
+    if depth > 2:
+        return False
+    if type(seed).__name__ == "SeedSequence":
+        return _carries_seed(getattr(seed, "entropy", None), depth + 1)
+    if isinstance(seed, (list, tuple)):
+        return any(_carries_seed(x, depth + 1) for x in seed[:_VALUES_KEPT])
+    return False
 
 
 def _offset() -> int:
@@ -72,9 +121,11 @@ def _wrap(owner, attr: str, label: str, modulus: int | None) -> None:
         kept = _s["values"].setdefault(label, [])
         for v in _seed_ints(seed):  # as the program passed it: does the run's seed reach its generators?
             if len(kept) < _VALUES_KEPT and v not in kept:
-                kept.append(v)
+                kept.append(int(v))
         if not kept:
             del _s["values"][label]
+        if _carries_seed(seed):
+            _s["from_seed"][label] = _s["from_seed"].get(label, 0) + 1
         if isinstance(seed, int) and not isinstance(seed, bool):
             seed = seed + _offset()
             if modulus:
@@ -115,14 +166,52 @@ def on_jax(jax) -> None:
     _wrap(jax.random, "key", "jax.random.key", 2 ** 32)
 
 
-HOOKS = {"torch": on_torch, "numpy": on_numpy, "random": on_random, "jax": on_jax}
+def on_argparse(argparse) -> None:
+    cls = argparse.ArgumentParser
+    fn = cls.parse_known_args
+    if getattr(fn, "_ladder_wrapped", False):
+        return
+    try:
+        run_seed = int(os.environ["LADDER_SEED"])
+    except (KeyError, ValueError):
+        return
+
+    def parse_known_args(self, *args, **kwargs):
+        out = fn(self, *args, **kwargs)
+        try:
+            namespace = out[0]
+            for name, value in list(vars(namespace).items()):
+                if "seed" in name.lower() and type(value) is int and value == run_seed:
+                    setattr(namespace, name, _FromSeed(value))
+                    _s["flag"] = name
+        except Exception as e:  # never into the program
+            core.record_error("seed flag", e)
+        return out
+
+    functools.update_wrapper(parse_known_args, fn)
+    parse_known_args._ladder_wrapped = True
+    cls.parse_known_args = parse_known_args
+
+
+def on_yaml(yaml) -> None:
+    """A program that saves its options with yaml.safe_dump must not meet an int it cannot represent."""
+    for name in ("SafeDumper", "Dumper", "CSafeDumper", "CDumper"):
+        dumper = getattr(yaml, name, None)
+        if dumper is not None:
+            dumper.add_representer(_FromSeed, lambda d, v: d.represent_int(int(v)))
+
+
+HOOKS = {"torch": on_torch, "numpy": on_numpy, "random": on_random, "jax": on_jax, "argparse": on_argparse,
+         "yaml": on_yaml}
 
 
 def on_install() -> None:
-    if "random" in sys.modules:  # imported before the probe (the interpreter's start-up may)
-        on_random(sys.modules["random"])
+    for name in ("random", "argparse"):  # imported before the probe (the interpreter's start-up may)
+        if name in sys.modules:
+            HOOKS[name](sys.modules[name])
 
 
 def snapshot() -> dict:
     return {"seed": {"mode": bool(core.opts.get("seed")), "offset": _offset(), "patched": _s["patched"],
-                     "calls": _s["calls"], "values": _s["values"]}}
+                     "calls": _s["calls"], "values": _s["values"], "from_seed": _s["from_seed"],
+                     "flag": _s["flag"]}}
