@@ -1,0 +1,1 @@
+../fault_jax_shuffle_key_reused/parity_adapter.py
