@@ -441,6 +441,54 @@ def test_graphs_built_again_after_one_rate_change_are_not_growth_when_another_ch
 
 @pytest.mark.slow
 @pytest.mark.xla
+def test_a_checkpoint_resumed_within_the_run_is_one_optimizer_and_leaves_the_step_graph_alone(
+        runs, torch_python, xla_python) -> None:
+    # half-way, the model, optimizer and schedule are saved, built anew and loaded: the probe sees a second SGD
+    # from step 41. One optimizer's timeline: not a change, and nothing for the probe to change either
+    reference = runs(torch_python, "torch_train.py", "--schedule2", "--steps", "80")
+    plain = runs(xla_python, "torch_train.py", "--device", "xla", "--schedule2", "--steps", "80")
+    run = runs(xla_python, "torch_train.py", "--device", "xla", "--schedule2", "--steps", "80", "--resume", "full")
+    assert [o["first_step"] for o in run.probe["optimizers"]] == [1, 41]
+    assert [p.loss for p in run.loss_curve] == [p.loss for p in plain.loss_curve]  # the resume is exact
+    checks = l2(run, "xla", reference)
+    opt, rc = checks["optimizer_unchanged"], checks["recompilation"]
+    assert opt.status == "passed" and "built again at step(s) 41" in opt.evidence, opt.evidence
+    assert "its state loaded" in opt.evidence and "learning rate" in opt.evidence
+    # the probe's gradient norms go on with the new optimizer, inside the same step graph: nothing compiles anew
+    # (norms dropped at the rebuild would change the graph, and the curve would end there)
+    assert [v[0] for v in run.probe["grad_norms"]["values"]] == list(range(1, 81))
+    (g,) = [g for g in compile_growth(run, 5) if g.steps >= 2]
+    assert g.train_steps == [s for gp in compile_growth(plain, 5) for s in gp.train_steps]
+    assert g.rate_changes == [41, 61]  # the rate log goes on across the two objects (41: the first milestone)
+    assert rc.status == "passed", rc.evidence
+    # the fault: the optimizer's state left out of the checkpoint (its rate restored): momentum restarts at zero
+    bad = runs(xla_python, "torch_train.py", "--device", "xla", "--schedule2", "--steps", "80", "--resume", "no_optim")
+    curve = {p.step: p.loss for p in bad.loss_curve}
+    assert all(curve[p.step] == p.loss for p in plain.loss_curve if p.step <= 40)
+    assert any(curve[p.step] != p.loss for p in plain.loss_curve if p.step > 40)  # the fault really acts
+    checks = l2(bad, "xla", reference)
+    c = checks["optimizer_unchanged"]
+    assert c.status == "failed" and "built again at step 41 without its state" in c.evidence, c.evidence
+    assert "learning rate" not in c.evidence  # the rate was restored: the state alone is named
+
+
+@pytest.mark.slow
+@pytest.mark.xla
+def test_a_graph_per_slot_of_a_ring_buffer_is_more_graphs_than_a_warm_up_builds(runs, xla_python, reference) -> None:
+    # window[(step - 1) % 12] = loss: the slot is a constant of the step's graph, so the first 12 steps each
+    # build one, then every graph is reused: nothing grows in the second half, the set of graphs is too big
+    run = runs(xla_python, "torch_train.py", "--device", "xla", "--fault", "ring_buffer")
+    (g,) = [g for g in compile_growth(run, 5) if g.steps >= 2]
+    assert g.second_half_steps == [] and len(g.train_steps) >= 12, g.train_steps
+    c = l2(run, "xla", reference)["recompilation"]
+    assert c.status == "failed" and c.measured["graph_building_steps"] >= 12, c.evidence
+    assert "training steps built new graphs" in c.evidence and "allowed 8" in c.evidence
+    clean = l2(runs(xla_python, "torch_train.py", "--device", "xla"), "xla", reference)["recompilation"]
+    assert clean.status == "passed" and clean.measured["graph_building_steps"] <= 3, clean.measured
+
+
+@pytest.mark.slow
+@pytest.mark.xla
 def test_xla_unique_is_a_cpu_fallback_named_per_step(runs, xla_python, reference) -> None:
     run = runs(xla_python, "torch_train.py", "--device", "xla", "--fault", "unique")
     c = l2(run, "xla", reference)["cpu_fallback"]
@@ -637,6 +685,40 @@ def test_a_seed_that_never_reaches_the_generators_fails_randomness(runs, jax_pyt
     assert check(spawned, 5, reference).status == "not_applicable"  # seeded as it should be; no JAX draws
     fixed = check(runs(torch_python, "torch_train.py", "--seed", "5", "--seed-sequence", "const"), 5, reference)
     assert fixed.status == "failed" and "numpy.random.default_rng(1234)" in fixed.evidence, fixed.evidence
+
+
+@pytest.mark.slow
+@pytest.mark.jax
+def test_a_jax_checkpoint_resumed_into_a_fresh_model_repeats_no_draw_and_keeps_one_optimizer(
+        runs, jax_python, torch_python) -> None:
+    # half-way, the port saves its parameters and optax state, builds the optimizer, the initial weights (the
+    # template, from the same key) and the jitted step anew, and restores: the initial draws are made again
+    from ladder.checks.randomness import randomness
+
+    reference = runs(torch_python, "torch_train.py", "--schedule", "--steps", "80")
+
+    def judge(*args: str) -> tuple[RunRecord, dict[str, CheckResult]]:
+        run = runs(jax_python, "jax_train.py", "--schedule", "--steps", "80", *args)
+        ctx = CheckContext(run=run, protocol=load_protocol(), baseline=_baseline(reference), expected_platform="jax-cpu")
+        return run, {c.name: c for c in run_ladder(ctx, up_to="L2").checks}
+
+    plain, _ = judge("--flax")
+    run, checks = judge("--flax", "--resume")
+    assert [p.loss for p in run.loss_curve] == [p.loss for p in plain.loss_curve]  # the resume is exact
+    assert len(run.probe["optimizers"]) == 2 and run.probe["optimizers"][1]["first_step"] >= 40
+    opt = checks["optimizer_unchanged"]
+    assert opt.status == "passed" and "built again at step(s) 40" in opt.evidence, opt.evidence
+    assert checks["randomness"].status in ("passed", "not_applicable"), checks["randomness"].evidence
+    assert checks["recompilation"].status == "passed", checks["recompilation"].evidence
+    # initial weights drawn by hand (not inside a Flax init): the draws of step 0 made again at the rebuild
+    hand, checks = judge("--resume")
+    assert any(h["reused"] for h in hand.probe["random"]["host_draws"])  # the same keys really drew again
+    c = checks["randomness"]
+    assert c.status == "passed" and "made again where the optimizer was built anew" in c.evidence, c.evidence
+    # a data order drawn with the same key every epoch is still the same draw, rebuild or not
+    _, checks = judge("--resume", "--shuffle", "reused")
+    c = checks["randomness"]
+    assert c.status == "failed" and "jax.random.permutation" in c.evidence, c.evidence
 
 
 @pytest.mark.slow

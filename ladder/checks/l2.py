@@ -29,6 +29,7 @@ from ladder.checks import CheckContext, not_checked, register
 from ladder.checks.replay import replay
 from ladder.checks.results import CheckResult
 from ladder.runs.probe_report import classify_aten, compile_growth, logged_steps_per_step, read_rates
+from ladder.runs.optimizers import timelines
 from ladder.runs.records import RunRecord
 
 L = "L2"
@@ -223,13 +224,27 @@ def recompilation(ctx: CheckContext) -> CheckResult:
             f"{', '.join(map(str, rep.eval_repeat_steps[:8]))}), against {ref_rep} in the reference (allowed "
             f"{ref_rep + rules.max_late_compile_steps}); again and again: {top} ({fns.count(top)}x) — a function "
             "built anew at each evaluation (a jit inside the evaluation function, a closure over the parameters)")
+    # the set of graphs must stay small, not only stop growing: graphs keyed on a value that cycles (a ring
+    # buffer's slot, the step modulo k) are all built within the first cycle, and then only reused
+    built = {id(g): g.train_steps for g in [*growth, *ref_growth]}
+    ref_built = max((len(built[id(g)]) for g in ref_growth), default=0)
+    many = max(growth, key=lambda g: len(built[id(g)]), default=None)
+    allowed_built = ref_built + rules.max_warmup_graph_steps
+    if many is not None and len(built[id(many)]) > allowed_built:
+        steps_built = built[id(many)]
+        problems.append(
+            f"{len(steps_built)} training steps built new graphs ({', '.join(map(str, steps_built[:10]))}"
+            f"{'...' if len(steps_built) > 10 else ''}), against {ref_built} in the reference (allowed "
+            f"{allowed_built}): a step needs a few graphs, built once; one per step of a cycle means a Python value "
+            "that changes per step (an index, a counter) is baked into the graph")
     worst = max(growth, key=lambda g: len(late[id(g)]), default=None)
     at = late[id(worst)] if worst is not None else []
     measured = {"late_compile_steps": len(at),
                 "first_half_compiles": worst.first_half if worst else 0,
-                "eval_recompile_steps": len(rep.eval_repeat_steps) if rep else 0}
+                "eval_recompile_steps": len(rep.eval_repeat_steps) if rep else 0,
+                "graph_building_steps": len(built[id(many)]) if many is not None else 0}
     threshold = {"allowed_late_compile_steps": allowed, "reference_late_compile_steps": ref_late,
-                 "warmup_end_step": w}
+                 "warmup_end_step": w, "allowed_graph_building_steps": allowed_built}
     if worst is not None and len(at) > allowed:
         fns = [e.get("function") or e["source"] for e in worst.events if e.get("step") in at]
         top = max(set(fns), key=fns.count) if fns else "?"
@@ -242,7 +257,8 @@ def recompilation(ctx: CheckContext) -> CheckResult:
             + " — shapes or Python values that change per step are baked into the graph")
     details = {"processes": [{"pid": g.pid, "steps": g.steps, "first_half": g.first_half,
                               "second_half_steps": late[id(g)][:50], "allowed_events": g.allowed,
-                              "after_rate_change": rewarm[id(g)][:50], "rate_changes": g.rate_changes[:50]}
+                              "after_rate_change": rewarm[id(g)][:50], "rate_changes": g.rate_changes[:50],
+                              "graph_building_steps": built[id(g)][:50]}
                              for g in growth], "compiles": probe.get("compiles")}
     if problems:
         return _result(name, False, measured, threshold, "; ".join(problems), details)
@@ -1008,7 +1024,10 @@ def optimizer_unchanged(ctx: CheckContext) -> CheckResult:
     ref, missing = _baseline_probe(ctx, name)
     if missing:
         return missing
-    mine, theirs = probe.get("optimizers") or [], ref.probe.get("optimizers") or []
+    ignore = ctx.protocol.l2.optimizer_ignore
+    # an optimizer built again mid-run (a checkpoint resumed) is the same optimizer: one timeline each
+    mine, rebuilds = timelines(probe.get("optimizers") or [], ignore)
+    theirs, ref_rebuilds = timelines(ref.probe.get("optimizers") or [], ignore)
     if not theirs:
         return not_checked(L, name, "the baseline's probe saw no optimizer")
     notes: list[str] = []
@@ -1029,7 +1048,6 @@ def optimizer_unchanged(ctx: CheckContext) -> CheckResult:
         notes += [f"replayed on the run's own gradients at steps {_windows_text(rep.measured['windows'])}: "
                   f"{rep.measured['sampled_tensors']} tensors, worst fit {rep.measured['worst_fit_score']:g} "
                   f"(at most {rep.measured['fit_score_max']:g}x float32 rounding)", *rep.notes]
-    ignore = ctx.protocol.l2.optimizer_ignore
     diffs = optimizer_diff(mine[0], theirs[0], ignore, notes) + replayed
     clip_ref = (theirs[0].get("clip") or {}).get("max_norm")
     if diffs and ctx.options.get("parity"):  # a weight-decay difference parity shows moved into the loss
@@ -1068,6 +1086,17 @@ def optimizer_unchanged(ctx: CheckContext) -> CheckResult:
                 schedule_stepped_first(ctx.run, ref)):
         if why:
             diffs.append(why)
+    restarted = [r for r in rebuilds if r["state_restarted"]]
+    if len(restarted) > sum(1 for r in ref_rebuilds if r["state_restarted"]):
+        r = restarted[0]
+        diffs.append(f"the optimizer was built again at step {r['step']} without its state: it held state before "
+                     f"and none at its first step after (momentum or Adam's moments and step count restarted from "
+                     f"zero; a checkpoint restored without the optimizer's state)")
+    elif rebuilds:
+        notes.append(f"the optimizer was built again at step(s) {', '.join(str(r['step']) for r in rebuilds[:4])} "
+                     "(a checkpoint resumed) and is judged as one timeline"
+                     + ("" if any(r["state_restarted"] is None for r in rebuilds) else
+                        ", its state loaded each time"))
     changed = [c for c in mine[0].get("changes") or []]
     if changed and not (theirs[0].get("changes") or []):
         diffs.append(f"hyperparameters changed during the run at step {changed[0]['step']} (not in the baseline)")

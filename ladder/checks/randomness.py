@@ -7,6 +7,11 @@ The probe (ladder/probe/_ladder_probe/jax_facts.py) records, for each random dra
 step, how many distinct keys the first calls used, and for each draw made on the host while training,
 whether a key was used again at a later step.
 
+A checkpoint resumed within the run builds its model again as the template the checkpoint is restored into,
+from the same key: draws inside a Flax, Haiku or Equinox initialisation are not counted by the probe, and a
+draw of the run's start made again where the optimizer was built anew, no more often than it was, is that
+initialisation repeated.
+
 Relative to the reference: a repeat the reference's own run makes as well is not the port's. A torch
 reference has no keys (its generators advance by themselves), so it repeats nothing. A run that drew no
 JAX random numbers while training has nothing to judge: not_applicable.
@@ -18,6 +23,7 @@ from typing import Any
 
 from ladder.checks import CheckContext, not_checked, register
 from ladder.checks.results import CheckResult
+from ladder.runs.optimizers import timelines
 
 NAME = "randomness"
 
@@ -26,8 +32,12 @@ def _facts(probe: dict[str, Any] | None) -> dict[str, Any] | None:
     return (probe or {}).get("random")
 
 
-def repeats(facts: dict[str, Any] | None, min_calls: int) -> list[str]:
-    """What this run's random draws repeat, one line each (none when every draw had a new key)."""
+def repeats(facts: dict[str, Any] | None, min_calls: int, rebuilds: list[int] | None = None,
+            reinitialised: list[str] | None = None) -> list[str]:
+    """What this run's random draws repeat, one line each (none when every draw had a new key). A draw made
+    before training and made again with the same key where the optimizer was built anew (`rebuilds`: a
+    checkpoint resumed, its model initialised once more as the template the checkpoint is restored into) is
+    that initialisation repeated, not a repeated draw, when it repeats no more often than the run rebuilt."""
     out = []
     for d in (facts or {}).get("step_draws") or []:
         if d["calls"] >= min_calls and d["distinct"] < d["calls"]:
@@ -37,10 +47,19 @@ def repeats(facts: dict[str, Any] | None, min_calls: int) -> list[str]:
     for h in (facts or {}).get("host_draws") or []:
         if h["reused"]:
             first, again = h["first_reuse"] or ["?", "?"]
+            if rebuilds and first == 0 and h["reused"] <= len(rebuilds) and isinstance(again, int) and any(
+                    r - 1 <= again <= r + 1 for r in rebuilds):
+                if reinitialised is not None:
+                    reinitialised.append(f"{h['site']} (step {again})")
+                continue
             out.append(f"jax.random.{h['draw']} at {h['site']} drew with the same key after {first} and after "
                        f"{again} training steps ({h['reused']} of {h['calls']} calls reuse a key): the same draw, "
                        "e.g. the same data order every epoch")
     return out
+
+
+def _rebuild_steps(probe: dict[str, Any] | None) -> list[int]:
+    return [int(r["step"]) for r in timelines((probe or {}).get("optimizers") or [])[1]]
 
 
 def _from_seed(probe: dict[str, Any] | None) -> list[str]:
@@ -115,9 +134,11 @@ def randomness(ctx: CheckContext) -> CheckResult:
                            evidence="the run drew no JAX random numbers while training (torch's generators advance "
                                     "by themselves; initialisation and evaluation draws are the program's choice)")
     min_calls = ctx.protocol.l1.random_repeat_calls
-    mine = repeats(facts, min_calls)
     ref = ctx.reference()
-    theirs = repeats(_facts(ref.probe if ref is not None else None), min_calls)
+    again: list[str] = []
+    mine = repeats(facts, min_calls, _rebuild_steps(probe), again)
+    theirs = repeats(_facts(ref.probe if ref is not None else None), min_calls,
+                     _rebuild_steps(ref.probe if ref is not None else None))
     measured = {"step_draws": len(facts.get("step_draws") or []), "host_draw_sites": len(facts.get("host_draws") or []),
                 "repeats": len(mine), "reference_repeats": len(theirs)}
     details = {"run": facts, "reference": _facts(ref.probe if ref is not None else None)}
@@ -130,4 +151,7 @@ def randomness(ctx: CheckContext) -> CheckResult:
     return CheckResult(level="L1", name=NAME, status="passed", measured=measured,
                        threshold={"repeats": len(theirs), "min_calls": min_calls},
                        evidence=f"{n} random draw site(s) while training, each with a new key per step"
-                                + (f"; the reference repeats as much: {theirs[0]}" if theirs else ""), details=details)
+                                + (f"; the reference repeats as much: {theirs[0]}" if theirs else "")
+                                + (f"; the initial draws at {', '.join(again[:3])} made again where the optimizer was "
+                                   "built anew (a checkpoint resumed into a fresh model)" if again else ""),
+                       details=details)

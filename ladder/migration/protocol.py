@@ -67,6 +67,8 @@ class L2Rules(_Section):
     warmup_steps: int
     warmup_fraction: float
     max_late_compile_steps: int
+    # training steps that build graphs at all, beyond the reference's: a graph per slot of a cycle is not a warm-up
+    max_warmup_graph_steps: int = 8
     fallback_allow: list[str]
     host_sync_ops: list[str]
     host_read_slack: float

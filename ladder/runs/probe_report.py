@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ladder.runs.optimizers import timelines
+
 if TYPE_CHECKING:
     from ladder.migration.protocol import L2Rules
     from ladder.runs.records import RunRecord
@@ -389,9 +391,10 @@ class CompileGrowth:
 
 
 def _rate_changes(r: dict[str, Any]) -> list[int]:
-    """Steps at which any optimizer's recorded learning rate changed (its change log after the first value)."""
-    steps = {_int(v[0]) for o in r.get("optimizers") or [] for v in ((o.get("lr") or {}).get("values") or [])[1:]
-             if isinstance(v, (list, tuple)) and v}
+    """Steps at which any optimizer's recorded learning rate changed (its change log after the first value; an
+    optimizer built again continues its earlier object's log)."""
+    steps = {_int(v[0]) for o in timelines(r.get("optimizers") or [])[0]
+             for v in ((o.get("lr") or {}).get("values") or [])[1:] if isinstance(v, (list, tuple)) and v}
     return sorted(s for s in steps if s > 1)
 
 

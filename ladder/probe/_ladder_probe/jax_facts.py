@@ -607,6 +607,11 @@ def _note_draw(jax, name: str, key) -> None:
         return
     if tracer or core.clock.eval:  # an evaluation draws as the program likes (a fixed subset each time)
         return
+    if _initialising():
+        # a model initialised again (the template a checkpoint is restored into) draws its initial weights
+        # from the same key: values the restore overwrites, or a reset the curves show
+        _s["init_draws"] = _s.get("init_draws", 0) + 1
+        return
     site = _site()
     sites = _s["host_draws"]
     rec = sites.get(site)
@@ -626,6 +631,23 @@ def _note_draw(jax, name: str, key) -> None:
         rec["reused"] += 1
         if rec["first_reuse"] is None:
             rec["first_reuse"] = [seen, step]
+
+
+# (library folder, function): a model's initialisation, whose draws are the initial weights
+_INIT_FRAMES = (("/flax/", "init"), ("/flax/", "init_with_output"), ("/flax/", "lazy_init"), ("/flax/nnx/", "__init__"),
+                ("/haiku/", "init_fn"), ("/equinox/", "__init__"))
+
+
+def _initialising() -> bool:
+    f = sys._getframe(3)
+    for _ in range(80):
+        if f is None:
+            return False
+        code = f.f_code
+        if any(lib in code.co_filename and code.co_name == fn for lib, fn in _INIT_FRAMES):
+            return True
+        f = f.f_back
+    return False
 
 
 def _site() -> str:
@@ -658,7 +680,8 @@ def _random_facts() -> dict | None:
                    "reused": r["reused"], "first_reuse": r["first_reuse"]} for r in _s["host_draws"].values()]
     if not step_draws and not host_draws:
         return None
-    return {"step_draws": step_draws, "host_draws": host_draws, "kept_calls": _KEYS_KEPT}
+    return {"step_draws": step_draws, "host_draws": host_draws, "kept_calls": _KEYS_KEPT,
+            "init_draws": _s.get("init_draws", 0)}
 
 
 # ---------------------------------------------------------------- host reads

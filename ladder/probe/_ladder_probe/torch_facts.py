@@ -5,7 +5,8 @@ the optimizer step, host reads of tensors, evaluation windows, gradient clipping
 Must not change what the program computes: nothing here runs inside a step that dynamo traces, and on
 PyTorch/XLA the gradient norms are computed at every step (recording them only at some steps would
 change the traced graph on the others, and XLA would compile it twice); only which of them are kept
-varies.
+varies. An optimizer built again over parameters of the same shapes, once the measured one has stopped
+stepping (a checkpoint resumed), takes over the norms: the curve goes on, and the step's graph keeps them.
 """
 
 from __future__ import annotations
@@ -305,7 +306,9 @@ def _forward_pre_hook(module, args):
             n += 1
             if n >= 4096:
                 break
-        if n > _s["root_params"]:  # the outermost module: the one whose parameters are named for the report
+        dead = _s["root"] is not None and _s["root"]() is None  # the model was built anew (a checkpoint resumed)
+        if n > _s["root_params"] or (dead and n >= _s["root_params"]):
+            # the outermost module: the one whose parameters are named for the report
             _s["root"], _s["root_params"] = weakref.ref(module), n
         idev = _s["input_devices"]
         for a in args[:8] if isinstance(args, tuple) else ():
@@ -397,6 +400,8 @@ def _optimizer_pre_hook(optimizer, args, kwargs):
             ev["steps"] += 1
             if ev["first"] is None:
                 ev["first"], ev["module"] = step, w["module"]
+        if core.grad_norms.owner not in (None, id(optimizer)) and id(optimizer) not in _s["optimizers"]:
+            _take_over_norms(optimizer)
         if _grad_norms_on() and core.grad_norms.owner in (None, id(optimizer)):
             _grad_norm(optimizer, step)
         _note_stale_grad(optimizer, step)
@@ -406,6 +411,10 @@ def _optimizer_pre_hook(optimizer, args, kwargs):
         key = id(optimizer)
         rec = _s["optimizers"].get(key)
         if rec is not None:
+            record = rec["record"]
+            record["last_step"] = step
+            if not record["stateful"] and optimizer.state:  # dict size only: no tensor is read
+                record["stateful"] = True
             _keep_lr(rec, optimizer, step)
             getters, last = rec["_cfg"]
             fp = _fingerprint(optimizer, getters)
@@ -426,7 +435,10 @@ def _optimizer_pre_hook(optimizer, args, kwargs):
             "first_step": step, "t": time.time(),
             "param_groups": [_group_record(g, names) for g in optimizer.param_groups],
             "group_sizes": [len(g.get("params", ())) for g in optimizer.param_groups],
-            "clip": dict(_s["clip"]["config"]) if _s["clip"] else None, "changes": []})
+            "clip": dict(_s["clip"]["config"]) if _s["clip"] else None, "changes": [],
+            # an optimizer built again mid-run (a checkpoint resumed) either loaded its state or starts afresh:
+            # how many parameters had state before its first step, and whether it ever held any
+            "state_at_first_step": len(optimizer.state), "stateful": bool(optimizer.state), "last_step": step})
         getters = _getters(optimizer)
         sizes = record["group_sizes"]
         group = max(range(len(sizes)), key=lambda i: sizes[i]) if sizes else 0
@@ -436,6 +448,22 @@ def _optimizer_pre_hook(optimizer, args, kwargs):
         _keep_lr(rec, optimizer, step)
     except Exception as e:
         core.record_error("optimizer hook", e)
+
+
+def _shapes(groups) -> list:
+    return [[list(getattr(p, "shape", ())) for p in g.get("params", ())] for g in groups]
+
+
+def _take_over_norms(optimizer) -> None:
+    """A new optimizer over parameters shaped as those of the one whose gradient norms are recorded, which has
+    stopped stepping: the same optimizer built again (a checkpoint resumed). Its norms continue the curve."""
+    old = _s["optimizers"].get(core.grad_norms.owner)
+    if old is None or old["record"].get("last_step", 0) >= core.clock.step:
+        return
+    mine = _shapes(optimizer.param_groups)
+    theirs = [[t[1] for t in g.get("tensors", [])] for g in old["record"]["param_groups"]]
+    if mine == theirs:
+        core.grad_norms.owner = None
 
 
 def _wrap_zero_grad(cls) -> None:
