@@ -233,6 +233,25 @@ def test_a_clip_that_never_bound_is_noted_not_a_difference(runs, torch_python, r
 
 
 @pytest.mark.slow
+def test_a_clip_given_an_exhausted_generator_clips_nothing_and_is_named(runs, torch_python) -> None:
+    # round 11's xla_clip_params_exhausted: params = model.parameters() handed to the optimizer and to
+    # clip_grad_norm_(params, 0.05); the optimizer consumed the generator, so the clip is given nothing: the same
+    # max_norm in the configuration, and every step unclipped where the reference's clip binds
+    ref = runs(torch_python, "torch_train.py", "--clip", "0.05")
+    same = runs(torch_python, "torch_train.py", "--clip", "0.05", "--seed", "1")
+    bad = runs(torch_python, "torch_train.py", "--clip", "0.05", "--fault", "clip_exhausted")
+    cover = bad.probe["processes"][0]["torch"]["clip_coverage"]
+    assert cover["calls"] == 40 and cover["max_elements"] == 0, cover
+    assert ref.probe["processes"][0]["torch"]["clip_coverage"]["min_elements"] == 8 * 32 + 32 + 32 + 1
+    assert ref.loss_curve[-1].loss != bad.loss_curve[-1].loss  # the fault acts: the reference's clip binds
+    ok = l2(same, "cpu", ref)["optimizer_unchanged"]
+    assert ok.status == "passed", ok.evidence
+    c = l2(bad, "cpu", ref)["optimizer_unchanged"]
+    assert c.status == "failed" and "is given no parameter" in c.evidence and "321 of 321 (100%)" in c.evidence, \
+        c.evidence
+
+
+@pytest.mark.slow
 def test_parameter_groups_the_program_labels_are_groups_not_another_optimizer(runs, torch_python,
                                                                                 reference) -> None:
     # round 9's xla_param_groups_same_wd: torch param groups carrying a "name" key (the program's label, as in

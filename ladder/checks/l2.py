@@ -848,6 +848,44 @@ def clipped_by_hand(run_probe: dict[str, Any], ref_probe: dict[str, Any], max_no
                   f"{len(bound)} recorded steps (pre-clip up to {max(bound):.4g}): clipped by hand")
 
 
+def clip_coverage(probe: dict[str, Any] | None, opt: dict[str, Any]) -> tuple[float, int, int] | None:
+    """(share, elements, the optimizer's elements): the smallest share of the optimizer's parameter elements one
+    call of torch's clip_grad_norm_ was given, the worst process's; None when the probe did not count the calls (a
+    JAX run, an older probe) or the optimizer's tensors are not all listed."""
+    total = 0
+    for g in opt.get("param_groups") or []:
+        ts = g.get("tensors") or []
+        if len(ts) != int(g.get("n_params", len(ts))):
+            return None
+        for t in ts:
+            if not (isinstance(t, (list, tuple)) and len(t) > 1 and isinstance(t[1], list)):
+                return None
+            total += math.prod(int(d) for d in t[1])
+    worst: tuple[float, int, int] | None = None
+    for p in (probe or {}).get("processes") or []:
+        c = (p.get("torch") or {}).get("clip_coverage") or {}
+        if not c.get("calls") or c.get("min_elements") is None or total <= 0:
+            continue
+        n = int(c["min_elements"])
+        if worst is None or n / total < worst[0]:
+            worst = (n / total, n, total)
+    return worst
+
+
+def clip_coverage_difference(probe: dict[str, Any] | None, mine: dict[str, Any], ref_probe: dict[str, Any] | None,
+                             theirs: dict[str, Any], tol: float) -> str | None:
+    """A clip with the reference's max_norm that is given another share of the parameters: the clip of an
+    exhausted generator (`params = model.parameters()`, consumed by the optimizer's constructor) gets no tensor,
+    returns 0 and clips nothing, while its configuration reads the same."""
+    a, b = clip_coverage(probe, mine), clip_coverage(ref_probe, theirs)
+    if a is None or b is None or abs(a[0] - b[0]) <= tol:
+        return None
+    what = "no parameter (an exhausted generator, such as model.parameters() consumed by the optimizer, clips " \
+           "nothing)" if a[1] == 0 else f"{a[1]:,} of its optimizer's {a[2]:,} parameter elements ({a[0]:.0%})"
+    return (f"{CLIP_DIFF} at the same max_norm is given {what} in its smallest call, where the reference's is given "
+            f"{b[1]:,} of {b[2]:,} ({b[0]:.0%})")
+
+
 def clip_never_bound(probe: dict[str, Any], max_norm: float) -> tuple[bool, str]:
     """Did a clip at max_norm leave every step's gradient as it was? Proven only from every step's norm: the
     torch probe's running maximum of what clip_grad_norm_ received, or norms recorded at every optimizer step
@@ -1075,6 +1113,10 @@ def optimizer_unchanged(ctx: CheckContext) -> CheckResult:
             notes.append(f"clipping at {clip_run:g} added: {why}")
         else:
             diffs = [f"{d} ({why})" if d.startswith(CLIP_DIFF) else d for d in diffs]
+    elif clip_run is not None and clip_run == clip_ref:
+        covered = clip_coverage_difference(probe, mine[0], ref.probe, theirs[0], ctx.protocol.l2.clip_coverage_tol)
+        if covered:
+            diffs.append(covered)
     lr_diff, lr_why = lr_difference(mine[0], theirs[0], int(probe.get("optimizer_steps") or 0),
                                     int(ref.probe.get("optimizer_steps") or 0), ctx.protocol.l2.lr_rel_tol,
                                     ctx.protocol.l2.lr_steps_share)

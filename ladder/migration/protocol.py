@@ -81,6 +81,9 @@ class L2Rules(_Section):
     # a clip written by hand leaves the norm at max_norm where it binds: at under this share of the steps where the
     # reference's clip bound, the norms the port's optimizer received are clipped some other way (per device)
     clip_at_max_share: float = 0.25
+    # the share of the optimizer's parameter elements a global-norm clip is given, port vs reference: beyond this
+    # (absolute) the clip covers other parameters (an exhausted generator of parameters clips nothing)
+    clip_coverage_tol: float = 0.01
     eval_mode_steps_share: float = 0.02  # training steps in eval mode beyond the reference's share by this: a fault
     stale_grad_steps_share: float = 0.02  # steps whose gradient still holds the previous step's (no zero_grad)
     # beyond the reference's share by this: the update adds up every earlier gradient

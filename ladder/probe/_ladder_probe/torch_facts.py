@@ -35,6 +35,7 @@ def reset() -> None:
               window=None, steps_in_eval={"steps": 0, "first": None, "module": None}, clip=None, scaler_steps=0,
               scaler_skipped=0, gn_cost=None, gn_recent=[], stale={"steps": 0, "judged": 0, "first": None},
               zeroed=True, grad_ref=None, schedule_first=[],
+              clip_cover={"calls": 0, "min_elements": None, "max_elements": None, "first_empty": None},
               gn_interval=None, gn_t=None, gn_timed=False, xla_live=None, modules_seen=[],
               dynamo={"recompiles": [], "graph_breaks": [], "recompile_limit": [], "counters": {}})
 
@@ -576,9 +577,16 @@ def wrap_clip() -> None:
 
 def _clip_wrapper(orig):
     def clip_grad_norm_(parameters, max_norm, norm_type=2.0, *args, **kwargs):
+        torch = sys.modules.get("torch")
+        if torch is not None and not isinstance(parameters, torch.Tensor):
+            try:  # a generator is consumed here as the clip would consume it: its tensors can then be counted
+                parameters = list(parameters)
+            except TypeError:
+                pass
         total = orig(parameters, max_norm, norm_type, *args, **kwargs)
         if not _compiling():
             try:
+                _keep_clip_cover(parameters, torch)
                 cfg = {"max_norm": float(max_norm), "norm_type": float(norm_type)}
                 _s["clip"] = {"config": cfg, "norm": total, "step": core.clock.step}
                 if core.grad_norms.clip is None:
@@ -592,6 +600,21 @@ def _clip_wrapper(orig):
     clip_grad_norm_.__wrapped__ = orig
     clip_grad_norm_.__doc__ = orig.__doc__
     return clip_grad_norm_
+
+
+def _keep_clip_cover(parameters, torch) -> None:
+    """How many parameter elements each clip call was given (shapes only: nothing is read), smallest and largest
+    over the run: a clip handed an exhausted generator (`params = model.parameters()` consumed by the optimizer)
+    clips nothing while its max_norm looks right."""
+    ts = [parameters] if torch is not None and isinstance(parameters, torch.Tensor) else \
+        parameters if isinstance(parameters, list) else []
+    n = sum(int(t.numel()) for t in ts if hasattr(t, "numel"))
+    c = _s["clip_cover"]
+    c["calls"] += 1
+    c["min_elements"] = n if c["min_elements"] is None else min(c["min_elements"], n)
+    c["max_elements"] = n if c["max_elements"] is None else max(c["max_elements"], n)
+    if n == 0 and c["first_empty"] is None:
+        c["first_empty"] = core.clock.step
 
 
 def _keep_clip_max(total) -> None:
@@ -851,6 +874,7 @@ def snapshot() -> dict:
     facts["steps_in_eval_mode"] = dict(_s["steps_in_eval"])
     facts["stale_grad_steps"] = dict(_s["stale"])
     facts["schedule_before_step"] = list(_s["schedule_first"])
+    facts["clip_coverage"] = dict(_s["clip_cover"])
     out = {"torch": facts,
            "eval_windows": _s["eval_windows"], "dynamo": _snapshot_dynamo()}
     try:
