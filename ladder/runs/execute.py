@@ -151,12 +151,14 @@ def run_vars(run_dir: str, seed: int, slot: int | None) -> dict[str, str]:
 def execute_run(spec: Spec, profile_name: str, kind: str, seed: int = 0, source: Path | None = None,
                 run_dir: Path | None = None, progress: Progress | None = None,
                 timeout_s: float | None = None, command: str | None = None,
-                environment: Environment | None = None, slot: int | None = None) -> RunRecord:
+                environment: Environment | None = None, slot: int | None = None, probe: bool = True) -> RunRecord:
     """Run the experiment once and return its record (also saved as run_dir/run.json).
 
     `command` replaces the spec's command of that kind (a parity side, ladder.parity); `environment`
     replaces the profile's (a fresh re-run built from the port's own setup file, ladder.grade); `slot`
-    (0..parallel-1) tells a run started beside others which accelerator is its own (LADDER_SLOT)."""
+    (0..parallel-1) tells a run started beside others which accelerator is its own (LADDER_SLOT). `probe=False`
+    runs the program alone, everything else as usual: what the probe costs and whether it changes the program
+    (benchmarks/gpu); such a run has no device facts, so L2 cannot be judged on it."""
     from ladder.runs.probe_report import merge_reports, probe_env
 
     if kind not in ("short", "full") and command is None:
@@ -227,8 +229,9 @@ def execute_run(spec: Spec, profile_name: str, kind: str, seed: int = 0, source:
     writable = [run_dir] + ([root] if profile.workdir == "inplace" else [])
     from ladder.runs.integrity import allowed_roots
 
-    probe_opts = {**spec.probe_options(profile).model_dump(), "roots": allowed_roots(read_only, writable)}
-    env.update(probe_env(run_dir / "probe", probe_opts, pythonpath=env.get("PYTHONPATH", "")))
+    if probe:
+        probe_opts = {**spec.probe_options(profile).model_dump(), "roots": allowed_roots(read_only, writable)}
+        env.update(probe_env(run_dir / "probe", probe_opts, pythonpath=env.get("PYTHONPATH", "")))
     env.update(run_vars(str(run_dir), seed, slot))
     if prepared is not None:
         env["LADDER_PREPARED"] = str(prepared.out)
@@ -243,6 +246,8 @@ def execute_run(spec: Spec, profile_name: str, kind: str, seed: int = 0, source:
         chips=profile.chips, notes=[f"scrubbed from the environment: {', '.join(removed)}"] if removed else [],
         sandbox=sandbox,
     )
+    if not probe:
+        record.notes.append("run without the probe: no device facts, L2 cannot be judged")
     if sandbox_warning:
         record.notes.append(sandbox_warning)
         if progress:
@@ -268,7 +273,7 @@ def execute_run(spec: Spec, profile_name: str, kind: str, seed: int = 0, source:
     record.killed = outcome.killed_by_signal is not None and not outcome.timed_out
     record.log_files = outcome.log_files
     record.provenance.packages = packages
-    record.probe = merge_reports(run_dir / "probe")
+    record.probe = merge_reports(run_dir / "probe") if probe else None
     record.integrity = changes(guarded, protected_state(spec))
     record.notes += collect_export(spec, kind, cwd, run_dir)
     fill_output(record, parser, patterns=kind in ("short", "full"))
