@@ -188,3 +188,26 @@ def test_garbage_bytes_and_a_1gb_log_keep_memory_bounded(tmp_path: Path) -> None
     assert float(metric) == 0.5  # the last line had no newline
     assert int(line_count) > 256 * steps
     assert int(maxrss_kb) < 400 * 1024, f"ladder used {int(maxrss_kb) // 1024} MB for a 1 GB log"
+
+
+def test_a_run_without_the_probe_computes_the_same_and_claims_no_device_facts(tmp_path: Path, monkeypatch) -> None:
+    """`execute_run(probe=False)` (benchmarks/gpu measures the probe's cost with it) runs the program alone: the
+    same loss curve, no probe report, and L2 cannot pass on it."""
+    from ladder.checks import CheckContext, run_ladder
+    from ladder.migration.spec import load_spec, load_spec_protocol
+    from ladder.runs.execute import execute_run
+
+    ws = workspace(tmp_path)
+    monkeypatch.chdir(ws)
+    spec = load_spec(ws / "ladder.toml")
+    probed = execute_run(spec, "reference", "short", 1, run_dir=ws / "runs" / "probed")
+    alone = execute_run(spec, "reference", "short", 1, run_dir=ws / "runs" / "alone", probe=False)
+    assert probed.exit_code == alone.exit_code == 0
+    assert [(p.step, p.loss) for p in alone.loss_curve] == [(p.step, p.loss) for p in probed.loss_curve]
+    assert alone.metric == probed.metric
+    assert probed.probe is not None and probed.probe["optimizer_steps"] == 200
+    assert alone.probe is None and not (ws / "runs" / "alone" / "probe").exists()
+    assert any("without the probe" in n for n in alone.notes)
+    ctx = CheckContext(run=alone, protocol=load_spec_protocol(spec), baseline=None, expected_platform="cpu")
+    l2 = [c for c in run_ladder(ctx, up_to="L2").checks if c.level == "L2"]
+    assert l2 and not any(c.status == "passed" for c in l2)
