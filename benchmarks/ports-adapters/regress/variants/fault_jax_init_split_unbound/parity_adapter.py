@@ -1,0 +1,1 @@
+../jax_tree_map_sgd/parity_adapter.py
