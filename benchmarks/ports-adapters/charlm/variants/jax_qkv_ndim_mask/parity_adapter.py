@@ -1,0 +1,1 @@
+../benign_jax_qkv_general/parity_adapter.py
