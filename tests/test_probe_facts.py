@@ -252,6 +252,30 @@ def test_optax_ports_match_their_torch_reference_optimizer(tmp_path, jax_python,
     assert optimizer_diff(port[0], ref[0], ["lr", "initial_lr"]) == []
 
 
+@pytest.mark.slow
+@pytest.mark.jax
+def test_a_clip_inside_each_multi_transform_branch_is_a_clip_per_group(tmp_path, jax_python) -> None:
+    """round 12's dpclass/jax_multi_transform_clip_per_group: clip_by_global_norm(1.0) inside each branch of a
+    multi_transform takes each group's own norm, where torch's clip_grad_norm_ takes one norm over every parameter;
+    the configuration reads the same (one max_norm, the same groups), the elements each clip is given do not."""
+    from ladder.checks.l2 import clip_coverage, clip_coverage_difference
+
+    _run(sys.executable, [str(FIX / "xla_graphs.py")], tmp_path / "ref")
+    ok = _run(jax_python, [str(FIX / "jax_graphs.py"), "--mode", "multi"], tmp_path / "ok")
+    bad = _run(jax_python, [str(FIX / "jax_graphs.py"), "--mode", "multi_clip"], tmp_path / "bad")
+    assert ok.stdout.splitlines()[5] != bad.stdout.splitlines()[5]  # the fault acts: the clip binds
+    ref, good, per_group = (merge_reports(tmp_path / d / "probe") for d in ("ref", "ok", "bad"))
+    r, g, b = ref["optimizers"][0], good["optimizers"][0], per_group["optimizers"][0]
+    assert optimizer_diff(b, r, ["lr", "initial_lr"]) == []  # what the configuration alone shows: nothing
+    assert g["clip_coverage"] == {"calls": 1, "min_elements": 8 * 32 + 32 + 32 + 32 + 32 + 1, "max_elements": 385}
+    # the decay branch: the two kernels (8 x 32, 32 x 1); the other: the biases and the LayerNorm's scale
+    assert b["clip_coverage"] == {"calls": 2, "min_elements": 32 + 32 + 32 + 1, "max_elements": 8 * 32 + 32}
+    assert clip_coverage(ref, r)[0] == 1.0 and clip_coverage(good, g)[0] == 1.0
+    assert clip_coverage_difference(good, g, ref, r, 0.01) is None
+    why = clip_coverage_difference(per_group, b, ref, r, 0.01)
+    assert why and "97 of its optimizer's 385 parameter elements (25%)" in why and "385 of 385 (100%)" in why, why
+
+
 def test_multi_transform_branches_compare_as_parameter_groups() -> None:
     ignore = ["lr", "initial_lr"]
     assert optimizer_diff(_optax_multi(True), _torch_adamw(), ignore) == []

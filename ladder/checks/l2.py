@@ -850,8 +850,9 @@ def clipped_by_hand(run_probe: dict[str, Any], ref_probe: dict[str, Any], max_no
 
 def clip_coverage(probe: dict[str, Any] | None, opt: dict[str, Any]) -> tuple[float, int, int] | None:
     """(share, elements, the optimizer's elements): the smallest share of the optimizer's parameter elements one
-    call of torch's clip_grad_norm_ was given, the worst process's; None when the probe did not count the calls (a
-    JAX run, an older probe) or the optimizer's tensors are not all listed."""
+    call of torch's clip_grad_norm_ was given, the worst process's, or one clip of an optax optimizer takes its norm
+    over (a clip inside a multi_transform branch: that branch's parameters); None when the probe did not count them
+    (an older probe) or the optimizer's tensors are not all listed."""
     total = 0
     for g in opt.get("param_groups") or []:
         ts = g.get("tensors") or []
@@ -862,8 +863,9 @@ def clip_coverage(probe: dict[str, Any] | None, opt: dict[str, Any]) -> tuple[fl
                 return None
             total += math.prod(int(d) for d in t[1])
     worst: tuple[float, int, int] | None = None
-    for p in (probe or {}).get("processes") or []:
-        c = (p.get("torch") or {}).get("clip_coverage") or {}
+    counted = [opt.get("clip_coverage") or {}] if opt.get("framework") == "optax" else [
+        (p.get("torch") or {}).get("clip_coverage") or {} for p in (probe or {}).get("processes") or []]
+    for c in counted:
         if not c.get("calls") or c.get("min_elements") is None or total <= 0:
             continue
         n = int(c["min_elements"])
@@ -882,8 +884,11 @@ def clip_coverage_difference(probe: dict[str, Any] | None, mine: dict[str, Any],
         return None
     what = "no parameter (an exhausted generator, such as model.parameters() consumed by the optimizer, clips " \
            "nothing)" if a[1] == 0 else f"{a[1]:,} of its optimizer's {a[2]:,} parameter elements ({a[0]:.0%})"
-    return (f"{CLIP_DIFF} at the same max_norm is given {what} in its smallest call, where the reference's is given "
-            f"{b[1]:,} of {b[2]:,} ({b[0]:.0%})")
+    calls = int((mine.get("clip_coverage") or {}).get("calls") or 0) if mine.get("framework") == "optax" else 0
+    per_branch = (f" ({calls} clips, one inside each branch of the optimizer: each takes the norm of its own "
+                  "parameters, where one clip takes the norm of all of them)") if calls > 1 else ""
+    return (f"{CLIP_DIFF} at the same max_norm is given {what} in its smallest call{per_branch}, where the reference's "
+            f"is given {b[1]:,} of {b[2]:,} ({b[0]:.0%})")
 
 
 def clip_never_bound(probe: dict[str, Any], max_norm: float) -> tuple[bool, str]:

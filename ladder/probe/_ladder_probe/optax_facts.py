@@ -197,31 +197,34 @@ def _outermost(desc: dict, updates, params) -> None:
 
 # ---------------------------------------------------------------- the optimizer record
 
-def _settings(desc: dict, leaf: dict, out: dict, scaled: list) -> None:
-    """Walk a description for one parameter leaf (path, shape, label, index) and set what applies to it."""
+def _settings(desc: dict, leaf: dict, out: dict, scaled: list, route: tuple = ()) -> None:
+    """Walk a description for one parameter leaf (path, shape, label, index) and set what applies to it.
+    `route`: the branches taken to get here (a multi_transform's label, a mask), which tell one call of a clip
+    from another: a clip inside a branch measures the norm of that branch's parameters alone."""
     fn, args, objs = desc["fn"], desc["args"], desc["objects"]
     if fn in ("multi_transform", "partition"):
         label = _label_of(objs, leaf)
         for child in desc["children"]:
             if child["label"] == str(label):
-                _settings(child["desc"], leaf, out, scaled)
+                _settings(child["desc"], leaf, out, scaled, (*route, id(desc), str(label)))
         return
     if fn == "masked":
         if _mask_of(objs, "mask", leaf, default=True):
             for child in desc["children"]:
-                _settings(child["desc"], leaf, out, scaled)
+                _settings(child["desc"], leaf, out, scaled, (*route, id(desc)))
         return
     if fn in ("chain", "named_chain"):
         for child in desc["children"]:
-            _settings(child["desc"], leaf, out, scaled)
+            _settings(child["desc"], leaf, out, scaled, route)
         return
     for child in desc["children"]:  # wrappers (apply_if_finite, MultiSteps-like): their inner transformation
-        _settings(child["desc"], leaf, out, scaled)
+        _settings(child["desc"], leaf, out, scaled, route)
     if fn == "clip_by_global_norm":
         if scaled:  # after the optimizer's scaling or momentum: it clips the update, not the gradient
             out.setdefault("update_clip", args.get("max_norm"))
         else:
             out.setdefault("clip", args.get("max_norm"))
+            out.setdefault("clip_calls", []).append((*route, id(desc)))
             if out.get("decay_mode") == "coupled":  # torch adds coupled decay inside the step, after clip_grad_norm_
                 out["decay_mode"] = "coupled, clipped with the gradient"
     if fn == "add_decayed_weights":
@@ -287,11 +290,17 @@ def _record(desc: dict, params) -> None:
     groups: dict = {}
     rates: dict = {}
     clip = None
+    cover: dict = {}  # one call of a clip (its route) -> the parameter elements it is given
     for i, (path, value) in enumerate(flat):
         leaf = {"params": params, "index": i, "cache": cache}
         out: dict = {}
         _settings(desc, leaf, out, [])
         clip = out.pop("clip", clip)
+        for call in out.pop("clip_calls", []):
+            size = 1
+            for d in getattr(value, "shape", ()):
+                size *= int(d)
+            cover[call] = cover.get(call, 0) + size
         rate = (out.pop("lr", None), out.pop("lr_injected", False))
         out.setdefault("weight_decay", 0.0)
         key = repr(sorted(out.items()))
@@ -309,7 +318,10 @@ def _record(desc: dict, params) -> None:
         "class": f"optax.{desc['fn']}", "name": names[0] if len(names) == 1 else "+".join(names) or desc["fn"],
         "framework": "optax", "first_step": core.clock.step,
         "param_groups": list(groups.values()), "group_sizes": [g["n_params"] for g in groups.values()],
-        "clip": {"max_norm": clip} if clip is not None else None, "structure": _public(desc), "changes": []})
+        "clip": {"max_norm": clip} if clip is not None else None, "structure": _public(desc), "changes": [],
+        # as torch's clip_grad_norm_ calls are counted: the elements each clip's norm is taken over
+        "clip_coverage": {"calls": len(cover), "min_elements": min(cover.values()),
+                          "max_elements": max(cover.values())} if cover else None})
     if groups:
         biggest = max(groups, key=lambda k: groups[k]["n_params"])
         record["lr"] = {"source": "optax", "group": list(groups).index(biggest), "values": []}
