@@ -545,6 +545,24 @@ def test_xla_item_every_step_is_host_syncs(runs, xla_python, reference) -> None:
 
 @pytest.mark.slow
 @pytest.mark.xla
+def test_device_values_copied_into_host_tensors_are_host_reads(runs, torch_python, xla_python, reference) -> None:
+    # round 12's dpclass/xla_loss_buffer_on_host: a loss log created without device= (torch.zeros(12)), written
+    # from the XLA loss every step: no read method is called, yet each write waits for the device and copies the
+    # value; `.to("cpu")` likewise. The faithful run (its one `.item()` per log line) passes, as in
+    # test_clean_xla_run_passes_l2
+    for fault, op in (("host_buffer", "setitem_to_host x40"), ("to_cpu", "to_cpu x40")):
+        run = runs(xla_python, "torch_train.py", "--device", "xla", "--fault", fault)
+        assert run.probe["host_transfers"]["transfer_from_device"] >= 40, run.probe["host_transfers"]
+        c = l2(run, "xla", reference)["host_syncs"]
+        assert c.status == "failed" and op in c.evidence, c.evidence
+    # the same program on the CPU makes the same writes from CPU tensors: no copy from a device, nothing counted
+    for fault in ("host_buffer", "to_cpu"):
+        ops = runs(torch_python, "torch_train.py", "--fault", fault).probe["processes"][0]["host_reads"]["ops"]
+        assert not {"setitem_to_host", "to_cpu"} & set(ops), ops
+
+
+@pytest.mark.slow
+@pytest.mark.xla
 def test_xla_port_that_builds_tensors_on_cpu_is_a_silent_fallback(runs, xla_python, reference) -> None:
     run = runs(xla_python, "torch_train.py", "--device", "xla", "--fault", "cpu_tensors")
     c = l2(run, "xla", reference)["platform"]

@@ -66,6 +66,7 @@ def on_torch(torch) -> None:
     for name in _READ_METHODS:
         _wrap_read(torch.Tensor, name)
     _wrap_shape_reads(torch)
+    _wrap_host_copies(torch)
     _wrap_scheduler(torch)
     _wrap_train(torch.nn.Module)
     for cls in (torch.optim.Optimizer, torch.nn.Module):
@@ -163,6 +164,57 @@ def _wrap_shape_reads(torch) -> None:
     __getitem__.__qualname__ = "Tensor.__getitem__"
     __getitem__.__doc__ = orig.__doc__
     Tensor.__getitem__ = __getitem__
+
+
+def _wrap_host_copies(torch) -> None:
+    """Copies of a device tensor into host memory through no read method: a host tensor written from a device's
+    (`host_buf[i] = loss.detach()`, a loss log created without `device=`), `host.copy_(t)` and `t.to("cpu")`.
+    Each waits for the device and moves the value, as `.cpu()` does; on a CPU reference none of them is a copy
+    from another device, so nothing is counted there."""
+    Tensor, device_cls, count = torch.Tensor, torch.device, core.reads.count
+
+    def off_host(t) -> bool:
+        return isinstance(t, Tensor) and t.device.type not in ("cpu", "meta")
+
+    def to_host(a, k) -> bool:
+        d = k.get("device", a[0] if a else None)
+        if isinstance(d, Tensor):
+            d = d.device
+        if isinstance(d, str):
+            d = device_cls(d)
+        return isinstance(d, device_cls) and d.type == "cpu"
+
+    def setitem(orig):
+        def __setitem__(self, idx, value):
+            if self.is_cpu and off_host(value) and not _compiling():
+                count("setitem_to_host")
+            return orig(self, idx, value)
+        return __setitem__
+
+    def copy_(orig):
+        def copy_(self, src, *a, **k):
+            if self.is_cpu and off_host(src) and not _compiling():
+                count("copy_to_host")
+            return orig(self, src, *a, **k)
+        return copy_
+
+    def to(orig):
+        def to(self, *a, **k):
+            if (a or k) and not self.is_cpu and self.device.type != "meta" and to_host(a, k) and not _compiling():
+                count("to_cpu")
+            return orig(self, *a, **k)
+        return to
+
+    for name, make in (("__setitem__", setitem), ("copy_", copy_), ("to", to)):
+        orig = getattr(Tensor, name)
+        if getattr(orig, "_ladder_wrapped", False):
+            continue
+        w = make(orig)
+        w._ladder_wrapped = True
+        w.__wrapped__ = orig
+        w.__qualname__ = f"Tensor.{name}"
+        w.__doc__ = orig.__doc__
+        setattr(Tensor, name, w)
 
 
 def _counting_function(orig, name: str):
