@@ -252,6 +252,30 @@ def test_a_clip_given_an_exhausted_generator_clips_nothing_and_is_named(runs, to
 
 
 @pytest.mark.slow
+@pytest.mark.xla
+def test_a_coupled_weight_decay_written_out_after_the_clip_is_the_reference_decay(runs, torch_python,
+                                                                                  xla_python) -> None:
+    # round 12's dpclass/xla_coupled_l2_by_hand: SGD(weight_decay=0), then grad += wd x param over the param groups
+    # between clip_grad_norm_ and the step: torch's coupled decay written out. The configuration reads "no decay";
+    # the norms the optimizer receives show the decay: |g|^2 = n^2 + 2c<g, theta> - c^2|theta|^2 at every step
+    ref = runs(torch_python, "torch_train.py", "--clip", "0.05", "--fault", "weight_decay")
+    for python, platform, extra in ((torch_python, "cpu", ()), (xla_python, "xla", ("--device", "xla"))):
+        by_hand = runs(python, "torch_train.py", "--clip", "0.05", "--decay-by-hand", *extra)
+        checks = l2(by_hand, platform, ref)
+        c = checks["optimizer_unchanged"]
+        assert c.status == "passed" and "weight decay 0.01 added to the gradient by hand after the clip" in c.evidence, \
+            c.evidence
+        assert by_hand.loss_curve[-1].loss == pytest.approx(
+            runs(python, "torch_train.py", "--clip", "0.05", "--fault", "weight_decay", *extra).loss_curve[-1].loss,
+            rel=1e-4)  # the same training as the optimizer's own decay
+        if platform == "xla":
+            assert checks["recompilation"].status == "passed", checks["recompilation"].evidence
+        # no decay at all reads the same configuration, and stays a difference
+        none = l2(runs(python, "torch_train.py", "--clip", "0.05", *extra), platform, ref)["optimizer_unchanged"]
+        assert none.status == "failed" and "weight_decay 0.01 -> None" in none.evidence, none.evidence
+
+
+@pytest.mark.slow
 def test_parameter_groups_the_program_labels_are_groups_not_another_optimizer(runs, torch_python,
                                                                                 reference) -> None:
     # round 9's xla_param_groups_same_wd: torch param groups carrying a "name" key (the program's label, as in

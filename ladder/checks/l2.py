@@ -989,6 +989,53 @@ def _update_verified_by_parity(ctx: CheckContext) -> str | None:
             f"{report.tolerance} (the rate beyond those steps is not compared)")
 
 
+def decay_by_hand(probe: dict[str, Any] | None, run_opt: dict[str, Any], ref_probe: dict[str, Any] | None,
+                  ref_opt: dict[str, Any], ignore: list[str], tol: float) -> str | None:
+    """Where the run's optimizer decays less than the reference's coupled decay by one c for every tensor: was c x
+    theta added to the gradient by hand, after the clip and before the step (torch's coupled weight decay written
+    out, `p.grad.add_(p, alpha=wd)` over the param groups)? Told from each recorded step's norms: the clip's norm
+    N (clipped to n = min(N, max_norm)), and what the optimizer received, |g|, |theta| and <g, theta>. With
+    g = g_clip + c theta, |g|^2 = n^2 + 2c <g, theta> - c^2 |theta|^2: every step must fit that within rounding,
+    and the decay must show (without it |g| = n). Needs a clip on both sides over every parameter (its norm is
+    the gradient's before anything was added). The note that says so, or None."""
+    ref, run = tensor_settings(ref_opt, ignore), tensor_settings(run_opt, ignore)
+    if len(ref) != len(run) or not ref:
+        return None
+    if any(s.get("weight_decay_mode") not in (None, "coupled") for *_, s in ref + run):
+        return None  # decoupled decay (AdamW) is not added to the gradient
+    wd_ref = {float(s.get("weight_decay") or 0.0) for *_, s in ref}
+    wd_run = {float(s.get("weight_decay") or 0.0) for *_, s in run}
+    if len(wd_ref) != 1 or len(wd_run) != 1:
+        return None  # one decay for every tensor: the norms are global, a decay by group cannot be told
+    c = next(iter(wd_ref)) - next(iter(wd_run))
+    if c <= 0:
+        return None
+    max_norm = ((run_opt.get("clip") or {}).get("max_norm"))
+    if max_norm is None or max_norm != (ref_opt.get("clip") or {}).get("max_norm"):
+        return None
+    cover = [clip_coverage(pr, o) for pr, o in ((probe, run_opt), (ref_probe, ref_opt))]
+    if any(cv is None or cv[0] < 0.99 for cv in cover):
+        return None
+    fits = shows = judged = 0
+    for row in ((probe or {}).get("grad_norms") or {}).get("values") or []:
+        try:
+            g, th, pre, dot = (float(row[i]) for i in (1, 2, 3, 4))
+        except (TypeError, ValueError, IndexError):
+            continue
+        if not all(math.isfinite(x) for x in (g, th, pre, dot)) or g <= 0:
+            continue
+        n = pre * min(1.0, float(max_norm) / (pre + 1e-6))
+        judged += 1
+        fits += abs(g * g - (n * n + 2 * c * dot - c * c * th * th)) <= tol * g * g
+        shows += abs(g * g - n * n) > tol * g * g
+    if judged < 3 or fits < judged or shows < judged / 2:
+        return None
+    return (f"weight decay {c:g} added to the gradient by hand after the clip (the reference's coupled decay, written "
+            f"out): at all {judged} recorded steps the norm the optimizer received is the clipped gradient's plus "
+            f"{c:g} x the parameters (|g|^2 = n^2 + 2c<g, theta> - c^2|theta|^2 within {tol:g}), the decay visible "
+            f"at {shows}")
+
+
 def decay_moved(run_opt: dict[str, Any], ref_opt: dict[str, Any], report: Any, ignore: list[str]) -> str | None:
     """Where the two optimizers' weight decay differs: did the decay move into the loss (or out of it)? Proven
     by a parity report only: every parameter after its K steps agrees, every gradient that differs is the
@@ -1100,6 +1147,13 @@ def optimizer_unchanged(ctx: CheckContext) -> CheckResult:
         if moved:
             diffs = [d for d in diffs if d not in decay_only] + [d for d in no_decay if d not in diffs]
             notes.append(moved)
+    if diffs:  # a weight-decay difference the gradient norms show added to the gradient by hand
+        no_decay = optimizer_diff(mine[0], theirs[0], [*ignore, "weight_decay"])
+        decay_only = [d for d in diffs if d not in no_decay]
+        by_hand = decay_by_hand(probe, mine[0], ref.probe, theirs[0], ignore, ctx.protocol.l2.decay_fit_tol) if decay_only else None
+        if by_hand:
+            diffs = [d for d in diffs if d not in decay_only] + [d for d in no_decay if d not in diffs]
+            notes.append(by_hand)
     clip_run = (mine[0].get("clip") or {}).get("max_norm")
     if clip_ref is not None and clip_run is None:
         by_hand, why = clipped_by_hand(probe, ref.probe, float(clip_ref), ctx.protocol.l2.clip_at_max_share)

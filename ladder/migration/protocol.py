@@ -84,6 +84,9 @@ class L2Rules(_Section):
     # the share of the optimizer's parameter elements a global-norm clip is given, port vs reference: beyond this
     # (absolute) the clip covers other parameters (an exhausted generator of parameters clips nothing)
     clip_coverage_tol: float = 0.01
+    # a coupled weight decay added to the gradient by hand after the clip: each recorded step's norms must fit
+    # |g|^2 = n^2 + 2c<g, theta> - c^2|theta|^2 within this (relative), and miss it without the decay at half of them
+    decay_fit_tol: float = 1e-5
     eval_mode_steps_share: float = 0.02  # training steps in eval mode beyond the reference's share by this: a fault
     stale_grad_steps_share: float = 0.02  # steps whose gradient still holds the previous step's (no zero_grad)
     # beyond the reference's share by this: the update adds up every earlier gradient

@@ -237,7 +237,7 @@ class GradNorms:
         self.owner = None
         self.source = None
         self.values: list = []  # (step, payload): the payload is the recording module's
-        self.collect = None  # function(values) -> [[step, grad norm, param norm, pre-clip norm | None], ...]
+        self.collect = None  # function(values) -> [[step, grad norm, param norm, pre-clip norm | None, <g, theta> | None], ...]
         self.clip = None  # {"max_norm": x} when the program clips by global norm
         self.every = 1
         self.why_missing = None

@@ -770,7 +770,14 @@ def _grad_norm(optimizer, step: int) -> None:
     gn.owner, gn.source, gn.collect = id(optimizer), "torch optimizer.step", _collect
     t0 = time.perf_counter()
     n = len(params)
+    clip = _s["clip"]
+    pre = clip["norm"] if clip is not None and clip["step"] == step - 1 else None
+    dot = None
     with torch.no_grad():
+        if pre is not None:
+            # <g, theta> where a clip ran this step: with the clip's norm it tells a decay added to the gradient by
+            # hand after the clip (torch's coupled weight decay written out) from no decay (ladder.checks.l2)
+            dot = sum((g.detach().float() * q.detach().float()).sum().to(dev) for g, q in zip(grads, params))
         if dev.type in ("cpu", "cuda") and all(t.device == dev for t in grads + params):
             # one fused kernel for all 2n norms on CUDA, then one reduction: [grad norm, param norm]
             norms = torch._foreach_norm(grads + params)
@@ -780,12 +787,10 @@ def _grad_norm(optimizer, step: int) -> None:
         else:  # XLA (basic ops only: nothing that could fall back to the CPU) or tensors on several devices
             both = torch.stack([torch.sqrt(sum((t.detach().float() ** 2).sum().to(dev) for t in ts))
                                 for ts in (grads, params)])
-    clip = _s["clip"]
-    pre = clip["norm"] if clip is not None and clip["step"] == step - 1 else None
     if xla:
-        _s["xla_live"] = both  # alive through this step's mark_step at every step: one graph, not two
+        _s["xla_live"] = (both, dot)  # alive through this step's mark_step at every step: one graph, not two
     if due and len(gn.values) < core.MAX_GRAD_NORMS:
-        gn.values.append((step, both, pre))
+        gn.values.append((step, both, pre, dot))
     c = time.perf_counter() - t0
     if _s["gn_timed"]:  # the first call pays one-off set-up: not a per-step cost
         recent = _s["gn_recent"] = _s["gn_recent"][-4:] + [c]
@@ -796,10 +801,11 @@ def _grad_norm(optimizer, step: int) -> None:
 def _collect(values: list) -> list:
     torch = sys.modules.get("torch")
     out = []
-    for step, both, pre in values:
+    for step, both, pre, dot in values:
         g, p = (float(x) for x in both.detach().cpu().tolist())
-        pv = float(pre.detach().float().cpu()) if pre is not None and hasattr(pre, "detach") else None
-        out.append([step] + [x if x is None or math.isfinite(x) else repr(x) for x in (g, p, pv)])
+        pv, dv = (float(x.detach().float().cpu()) if x is not None and hasattr(x, "detach") else None
+                  for x in (pre, dot))
+        out.append([step] + [x if x is None or math.isfinite(x) else repr(x) for x in (g, p, pv, dv)])
     del torch
     return out
 
