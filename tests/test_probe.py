@@ -182,7 +182,8 @@ def test_torch_grad_norms_are_those_the_optimizer_receives(tmp_path) -> None:
             (m(torch.randn(8, 4)) ** 2).sum().backward()
             torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0 if i % 2 else 1e6)
             print(float(torch.sqrt(sum((p.grad ** 2).sum() for p in m.parameters()))),
-                  float(torch.sqrt(sum((p ** 2).sum() for p in m.parameters()))))
+                  float(torch.sqrt(sum((p ** 2).sum() for p in m.parameters()))),
+                  float(sum((p.grad * p).sum() for p in m.parameters())))
             opt.step()
     """)
     p = _run(sys.executable, code, tmp_path, options={"grad_norm_budget": 0})  # every step
@@ -190,8 +191,10 @@ def test_torch_grad_norms_are_those_the_optimizer_receives(tmp_path) -> None:
     printed = [[float(x) for x in line.split()] for line in p.stdout.splitlines()]
     got = _grad_norms(tmp_path)
     assert [s for s, *_ in got] == [1, 2, 3, 4, 5, 6]
-    assert [g for _, g, _, _ in got] == pytest.approx([g for g, _ in printed], rel=1e-5)
-    assert [w for _, _, w, _ in got] == pytest.approx([w for _, w in printed], rel=1e-5)  # before the step
+    assert [g for _, g, _, _, _ in got] == pytest.approx([g for g, _, _ in printed], rel=1e-5)
+    assert [w for _, _, w, _, _ in got] == pytest.approx([w for _, w, _ in printed], rel=1e-5)  # before the step
+    # where a clip ran, <g, theta> too (it tells a weight decay added to the gradient by hand)
+    assert [d for *_, d in got] == pytest.approx([d for _, _, d in printed], rel=1e-4, abs=1e-6)
     assert got[1][1] == pytest.approx(1.0, rel=1e-5) and got[0][1] > 1.5  # clipped, and not
     # clip_grad_norm_ returned the norm before clipping: recorded beside, with the threshold
     assert got[1][3] > 1.5 and got[0][3] == pytest.approx(got[0][1], rel=1e-5)
