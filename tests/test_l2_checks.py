@@ -276,6 +276,17 @@ def test_a_coupled_weight_decay_written_out_after_the_clip_is_the_reference_deca
 
 
 @pytest.mark.slow
+def test_a_clip_at_an_infinite_norm_added_as_a_monitor_clips_nothing(runs, torch_python, reference) -> None:
+    # round 12's regress/fault_xla_clip_nonfinite_sync measures the norm with clip_grad_norm_(max_norm=inf): the probe
+    # writes the non-finite max_norm as text, which the check once formatted as a number and raised on
+    # as `ladder check` reads it: saved to run.json, where non-finite numbers are kept as text, and loaded
+    run = RunRecord.model_validate_json(runs(torch_python, "torch_train.py", "--clip", "inf").model_dump_json())
+    assert run.probe["optimizers"][0]["clip"]["max_norm"] == "Infinity"
+    c = l2(run, "cpu", reference)["optimizer_unchanged"]
+    assert c.status == "passed" and "clipping at inf added" in c.evidence and "never bound" in c.evidence, c.evidence
+
+
+@pytest.mark.slow
 def test_parameter_groups_the_program_labels_are_groups_not_another_optimizer(runs, torch_python,
                                                                                 reference) -> None:
     # round 9's xla_param_groups_same_wd: torch param groups carrying a "name" key (the program's label, as in

@@ -848,6 +848,16 @@ def clipped_by_hand(run_probe: dict[str, Any], ref_probe: dict[str, Any], max_no
                   f"{len(bound)} recorded steps (pre-clip up to {max(bound):.4g}): clipped by hand")
 
 
+def _max_norm(opt: dict[str, Any]) -> float | None:
+    """The optimizer's global-norm clip as a number: the probe writes a non-finite one as text ("Infinity": a clip
+    at max_norm=inf, used to measure the norm or to raise on a non-finite one, clips nothing)."""
+    v = (opt.get("clip") or {}).get("max_norm")
+    try:
+        return None if v is None else float(v)
+    except (TypeError, ValueError):
+        return None
+
+
 def clip_coverage(probe: dict[str, Any] | None, opt: dict[str, Any]) -> tuple[float, int, int] | None:
     """(share, elements, the optimizer's elements): the smallest share of the optimizer's parameter elements one
     call of torch's clip_grad_norm_ was given, the worst process's, or one clip of an optax optimizer takes its norm
@@ -1010,8 +1020,8 @@ def decay_by_hand(probe: dict[str, Any] | None, run_opt: dict[str, Any], ref_pro
     c = next(iter(wd_ref)) - next(iter(wd_run))
     if c <= 0:
         return None
-    max_norm = ((run_opt.get("clip") or {}).get("max_norm"))
-    if max_norm is None or max_norm != (ref_opt.get("clip") or {}).get("max_norm"):
+    max_norm = _max_norm(run_opt)
+    if max_norm is None or max_norm != _max_norm(ref_opt) or not math.isfinite(max_norm):
         return None
     cover = [clip_coverage(pr, o) for pr, o in ((probe, run_opt), (ref_probe, ref_opt))]
     if any(cv is None or cv[0] < 0.99 for cv in cover):
@@ -1139,7 +1149,7 @@ def optimizer_unchanged(ctx: CheckContext) -> CheckResult:
                   f"{rep.measured['sampled_tensors']} tensors, worst fit {rep.measured['worst_fit_score']:g} "
                   f"(at most {rep.measured['fit_score_max']:g}x float32 rounding)", *rep.notes]
     diffs = optimizer_diff(mine[0], theirs[0], ignore, notes) + replayed
-    clip_ref = (theirs[0].get("clip") or {}).get("max_norm")
+    clip_ref = _max_norm(theirs[0])
     if diffs and ctx.options.get("parity"):  # a weight-decay difference parity shows moved into the loss
         no_decay = optimizer_diff(mine[0], theirs[0], [*ignore, "weight_decay"])
         decay_only = [d for d in diffs if d not in no_decay]
@@ -1150,11 +1160,12 @@ def optimizer_unchanged(ctx: CheckContext) -> CheckResult:
     if diffs:  # a weight-decay difference the gradient norms show added to the gradient by hand
         no_decay = optimizer_diff(mine[0], theirs[0], [*ignore, "weight_decay"])
         decay_only = [d for d in diffs if d not in no_decay]
-        by_hand = decay_by_hand(probe, mine[0], ref.probe, theirs[0], ignore, ctx.protocol.l2.decay_fit_tol) if decay_only else None
+        by_hand = (decay_by_hand(probe, mine[0], ref.probe, theirs[0], ignore, ctx.protocol.l2.decay_fit_tol)
+                   if decay_only else None)
         if by_hand:
             diffs = [d for d in diffs if d not in decay_only] + [d for d in no_decay if d not in diffs]
             notes.append(by_hand)
-    clip_run = (mine[0].get("clip") or {}).get("max_norm")
+    clip_run = _max_norm(mine[0])
     if clip_ref is not None and clip_run is None:
         by_hand, why = clipped_by_hand(probe, ref.probe, float(clip_ref), ctx.protocol.l2.clip_at_max_share)
         if not by_hand:
