@@ -187,6 +187,7 @@ def replay(samples: dict[str, Any] | None, ref_opt: dict[str, Any]) -> Replay:
     base_lr = float(main.get("initial_lr", main.get("lr")) or 0.0)
     values = lr_rec.get("values") or [[1, base_lr]]
     clip = (ref_opt.get("clip") or {}).get("max_norm")
+    clip = None if clip is None else float(clip)  # run.json keeps a non-finite one as text ("Infinity")
     rules = [_rule(g, kind, base_lr, name) for g in groups]
     windows = [w for w in samples["windows"] if len(w.get("steps") or []) >= 2
                and w["steps"] == list(range(w["steps"][0], w["steps"][0] + len(w["steps"])))]
