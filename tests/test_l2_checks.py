@@ -787,6 +787,16 @@ def test_a_jax_checkpoint_resumed_into_a_fresh_model_repeats_no_draw_and_keeps_o
     assert any(h["reused"] for h in hand.probe["random"]["host_draws"])  # the same keys really drew again
     c = checks["randomness"]
     assert c.status == "passed" and "made again where the optimizer was built anew" in c.evidence, c.evidence
+    # the optimizer's state left as the template's (momentum and the schedule's count from zero): the probe measures
+    # the state each update receives, fresh only at the first step but for this one
+    from ladder.checks.l2 import fresh_state_steps
+
+    assert fresh_state_steps(run.probe) == [] and fresh_state_steps(plain.probe) == []
+    fresh, checks = judge("--flax", "--resume", "--fault", "resume_fresh_state")
+    assert fresh_state_steps(fresh.probe) == [41], fresh_state_steps(fresh.probe)
+    assert [p.loss for p in fresh.loss_curve][4:] != [p.loss for p in plain.loss_curve][4:]  # the fault acts
+    opt = checks["optimizer_unchanged"]
+    assert opt.status == "failed" and "state was a fresh one again at step 41" in opt.evidence, opt.evidence
     # a data order drawn with the same key every epoch is still the same draw, rebuild or not
     _, checks = judge("--resume", "--shuffle", "reused")
     c = checks["randomness"]

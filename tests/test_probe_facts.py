@@ -76,7 +76,10 @@ def test_jax_graphs_compile_counts_and_output_are_unchanged_by_the_probe(tmp_pat
     # norms at the outermost transformation, handed out of the step as an extra output
     gn = merged["grad_norms"]
     assert len(gn["values"]) == 60 and gn["clip"]["max_norm"] == 1.0
-    assert all(post <= 1.0 + 1e-6 and pre >= post for _, post, _, pre in gn["values"])
+    assert all(post <= 1.0 + 1e-6 and pre >= post for _, post, _, pre, _, _ in gn["values"])
+    # the optimizer's state measured at each update: fresh (zero) at the first only
+    states = [row[5] for row in gn["values"]]
+    assert states[0] == 0 and all(s > 0 for s in states[1:]), states[:3]
     # one optimizer: the chain (and the multi_transform branches) are parameter groups of it
     assert len(merged["optimizers"]) == 1
     groups = merged["optimizers"][0]["param_groups"]

@@ -848,6 +848,24 @@ def clipped_by_hand(run_probe: dict[str, Any], ref_probe: dict[str, Any], max_no
                   f"{len(bound)} recorded steps (pre-clip up to {max(bound):.4g}): clipped by hand")
 
 
+def fresh_state_steps(probe: dict[str, Any] | None) -> list[int] | None:
+    """The steps after the first at which an optax optimizer received a fresh state (its floating leaves' norm
+    plus its step counts, the sixth column of the JAX probe's rows, back to zero after it was not): the state was
+    built anew mid-run. None when the probe did not measure it or the state holds nothing to measure."""
+    rows = ((probe or {}).get("grad_norms") or {}).get("values") or []
+    seen, out = False, []
+    for row in rows:
+        try:
+            step, v = int(row[0]), float(row[5])
+        except (TypeError, ValueError, IndexError):
+            continue
+        if v > 0:
+            seen = True
+        elif v == 0 and seen:
+            out.append(step)
+    return out if seen else None
+
+
 def _max_norm(opt: dict[str, Any]) -> float | None:
     """The optimizer's global-norm clip as a number: the probe writes a non-finite one as text ("Infinity": a clip
     at max_norm=inf, used to measure the norm or to raise on a non-finite one, clips nothing)."""
@@ -1199,11 +1217,18 @@ def optimizer_unchanged(ctx: CheckContext) -> CheckResult:
         if why:
             diffs.append(why)
     restarted = [r for r in rebuilds if r["state_restarted"]]
-    if len(restarted) > sum(1 for r in ref_rebuilds if r["state_restarted"]):
-        r = restarted[0]
-        diffs.append(f"the optimizer was built again at step {r['step']} without its state: it held state before "
-                     f"and none at its first step after (momentum or Adam's moments and step count restarted from "
-                     f"zero; a checkpoint restored without the optimizer's state)")
+    fresh = fresh_state_steps(probe) or []
+    if len(restarted) + len(fresh) > sum(1 for r in ref_rebuilds if r["state_restarted"]) + len(
+            fresh_state_steps(ref.probe) or []):
+        if restarted:
+            r = restarted[0]
+            diffs.append(f"the optimizer was built again at step {r['step']} without its state: it held state before "
+                         f"and none at its first step after (momentum or Adam's moments and step count restarted "
+                         f"from zero; a checkpoint restored without the optimizer's state)")
+        else:
+            diffs.append(f"the optimizer's state was a fresh one again at step {fresh[0]}: its moments and step "
+                         f"counts all zero, as at the first update, where it held state before (the state restarted "
+                         f"from zero; a checkpoint restored without the optimizer's state, or the state built anew)")
     elif rebuilds:
         notes.append(f"the optimizer was built again at step(s) {', '.join(str(r['step']) for r in rebuilds[:4])} "
                      "(a checkpoint resumed) and is judged as one timeline"

@@ -335,10 +335,12 @@ def _collect(values: list) -> list:
     out = []
     for (step, _), aux in zip(values, host):
         g, p = _scalar(aux[0]), _scalar(aux[1]) if len(aux) > 1 else None
+        state = _scalar(aux[2]) if len(aux) > 2 else None
         # The outermost transformation sees the gradient before clipping: the optimizer receives the
         # clipped one when a global-norm clip comes first in the chain.
         post = min(g, clip) if clip is not None and first and g is not None and g == g else g
-        out.append([step, post, p, g])
+        # columns as torch's ([step, received, params, pre-clip, <g, theta>]), then the state's distance from fresh
+        out.append([step, post, p, g, None, state])
     return [[s] + [x if x is None or (x == x and abs(x) != float("inf")) else repr(x) for x in r]
             for s, *r in out]
 

@@ -159,7 +159,7 @@ def _wrap_update(update, desc: dict):
         depth = getattr(_tls, "depth", 0)
         if depth == 0:
             try:
-                _outermost(desc, updates, params)
+                _outermost(desc, updates, params, state)
             except Exception as e:
                 core.record_error("optax update", e)
         _tls.depth = depth + 1
@@ -171,7 +171,23 @@ def _wrap_update(update, desc: dict):
     return wrapped
 
 
-def _outermost(desc: dict, updates, params) -> None:
+def _state_measure(state):
+    """How far the optimizer's state is from a fresh one: the global norm of its floating leaves (momentum, Adam's
+    moments) plus its step counts. Zero at the first update; zero again later only when the state was built anew
+    (a checkpoint restored without it). None for a state with nothing to measure (plain SGD)."""
+    jax, jnp = sys.modules["jax"], sys.modules["jax.numpy"]
+    leaves = [x for x in jax.tree_util.tree_leaves(state) if hasattr(x, "dtype")]
+    floats = [x for x in leaves if jnp.issubdtype(x.dtype, jnp.floating)]
+    counts = [x for x in leaves if jnp.issubdtype(x.dtype, jnp.integer)]
+    if not floats and not counts:
+        return None
+    total = _orig["global_norm"](floats) if floats else jnp.zeros((), jnp.float32)
+    for c in counts:
+        total = total + jnp.sum(jnp.abs(c)).astype(jnp.float32)
+    return total
+
+
+def _outermost(desc: dict, updates, params, state=None) -> None:
     jax = sys.modules["jax"]
     if not desc.get("recorded"):
         desc["recorded"] = True
@@ -184,7 +200,7 @@ def _outermost(desc: dict, updates, params) -> None:
             core.clock.tick("optax update")
         return
     gnorm = _orig["global_norm"]
-    aux = (gnorm(updates), gnorm(params)) if params is not None else (gnorm(updates),)
+    aux = (gnorm(updates), gnorm(params) if params is not None else None, _state_measure(state))
     box = jax_facts.current_box()
     if box is not None:
         box.offer(aux)
