@@ -172,19 +172,17 @@ def _wrap_update(update, desc: dict):
 
 
 def _state_measure(state):
-    """How far the optimizer's state is from a fresh one: the global norm of its floating leaves (momentum, Adam's
-    moments) plus its step counts. Zero at the first update; zero again later only when the state was built anew
-    (a checkpoint restored without it). None for a state with nothing to measure (plain SGD)."""
+    """How far the optimizer's state is from a fresh one: its step counts (Adam's, a schedule's), or, for a state
+    without one, the global norm of its floating leaves (momentum). Zero at the first update; zero again later only
+    when the state was built anew (a checkpoint restored without it). The counts alone where there are some: a few
+    scalars, where a norm would read the whole state every step. None for a state with nothing to measure."""
     jax, jnp = sys.modules["jax"], sys.modules["jax.numpy"]
     leaves = [x for x in jax.tree_util.tree_leaves(state) if hasattr(x, "dtype")]
-    floats = [x for x in leaves if jnp.issubdtype(x.dtype, jnp.floating)]
     counts = [x for x in leaves if jnp.issubdtype(x.dtype, jnp.integer)]
-    if not floats and not counts:
-        return None
-    total = _orig["global_norm"](floats) if floats else jnp.zeros((), jnp.float32)
-    for c in counts:
-        total = total + jnp.sum(jnp.abs(c)).astype(jnp.float32)
-    return total
+    if counts:
+        return sum(jnp.sum(jnp.abs(c)).astype(jnp.float32) for c in counts)
+    floats = [x for x in leaves if jnp.issubdtype(x.dtype, jnp.floating)]
+    return _orig["global_norm"](floats) if floats else None
 
 
 def _outermost(desc: dict, updates, params, state=None) -> None:
