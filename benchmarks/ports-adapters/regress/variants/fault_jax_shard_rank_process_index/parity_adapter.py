@@ -1,0 +1,1 @@
+../jax_strided_device_shards/parity_adapter.py
