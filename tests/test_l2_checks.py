@@ -598,6 +598,24 @@ def test_device_values_copied_into_host_tensors_are_host_reads(runs, torch_pytho
 
 @pytest.mark.slow
 @pytest.mark.xla
+def test_reads_of_host_tensors_in_an_accelerator_port_move_nothing(runs, xla_python, reference) -> None:
+    # round 13's dpclass/xla_index_loader_reshuffle: a DataLoader over indices, each batch's index tensor read with
+    # .numpy() to gather rows on the host: a read of a CPU tensor, which moves nothing from the XLA device. The probe
+    # counts it (a CPU reference's reads stand for what its device would read) and marks it as a host value
+    run = runs(xla_python, "torch_train.py", "--device", "xla", "--host-index")
+    hr = run.probe["processes"][0]["host_reads"]
+    assert hr["ops"].get("numpy", 0) >= 40 and sum(a for _, a, _ in hr["host_by_step"]) >= 40, hr["ops"]
+    c = l2(run, "xla", reference)["host_syncs"]
+    assert c.status == "passed" and "reads of tensors already in host memory left out" in c.evidence, c.evidence
+    # a read of the device's own loss every step still counts (test_xla_item_every_step_is_host_syncs), and so does
+    # the same loss copied to the host first: .cpu() is the transfer, its .item() a host read
+    bad = l2(runs(xla_python, "torch_train.py", "--device", "xla", "--host-index", "--fault", "to_cpu"), "xla",
+             reference)["host_syncs"]
+    assert bad.status == "failed" and "to_cpu x" in bad.evidence, bad.evidence
+
+
+@pytest.mark.slow
+@pytest.mark.xla
 def test_xla_port_that_builds_tensors_on_cpu_is_a_silent_fallback(runs, xla_python, reference) -> None:
     run = runs(xla_python, "torch_train.py", "--device", "xla", "--fault", "cpu_tensors")
     c = l2(run, "xla", reference)["platform"]

@@ -295,7 +295,9 @@ def host_syncs(ctx: CheckContext) -> CheckResult:
         # A port that left the CPU fails `platform` instead.
         return _not_applicable(name, "the target is the CPU, the host itself: a read into Python is no "
                                      "device round-trip")
-    mine = read_rates(ctx.run)
+    # the port's reads of tensors already in host memory move nothing from its device; the CPU reference's reads
+    # all stand for what its device would read
+    mine = read_rates(ctx.run, device_only=True)
     if mine is None:
         return not_checked(L, name, "the run's probe did not count host reads (written by an older ladder)")
     ref, missing = _baseline_probe(ctx, name)

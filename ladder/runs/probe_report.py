@@ -278,12 +278,15 @@ class ReadRate:
     eval_reads: int
     after_training: int
     ops: dict[str, int] = field(default_factory=dict)
+    host_left_out: int = 0  # reads of values already in host memory, left out (device_only)
 
     def describe(self) -> str:
         ops = ", ".join(f"{k} x{v}" for k, v in sorted(self.ops.items(), key=lambda kv: -kv[1])[:4])
+        host = (f"; {self.host_left_out} reads of tensors already in host memory left out, which move nothing from "
+                f"the device" if self.host_left_out else "")
         return (f"{self.per_step:.3f} reads per training step over {self.steps_judged} steps "
                 f"({self.train_reads} in training; {self.eval_reads} during evaluation and "
-                f"{self.after_training} after the last step, not judged; {ops or 'no reads'})")
+                f"{self.after_training} after the last step, not judged; {ops or 'no reads'}{host})")
 
 
 def logged_steps_per_step(run: "RunRecord") -> float | None:
@@ -312,8 +315,11 @@ def eval_steps(run: "RunRecord", proc: dict[str, Any]) -> set[int]:
     return steps_
 
 
-def read_rates(run: "RunRecord") -> list[ReadRate] | None:
-    """Per process with training steps; None when the probe did not count host reads (an old report)."""
+def read_rates(run: "RunRecord", device_only: bool = False) -> list[ReadRate] | None:
+    """Per process with training steps; None when the probe did not count host reads (an old report).
+    `device_only`: leave out reads of values already in host memory (a CPU tensor's `.numpy()` in a port that
+    computes on an accelerator moves nothing from the device); a CPU reference's reads all count, as what its
+    device would read."""
     probe = run.probe or {}
     procs = [p for p in probe.get("processes") or [] if "host_reads" in p]
     if not procs:
@@ -327,6 +333,12 @@ def read_rates(run: "RunRecord") -> list[ReadRate] | None:
         evals = eval_steps(run, p)
         train = eval_r = after = judged = 0
         by = {_int(s): (_int(a), _int(b)) for s, a, b in hr.get("by_step") or []}
+        left_out = 0
+        if device_only:
+            for s, a, b in hr.get("host_by_step") or []:
+                x, y = by.get(_int(s), (0, 0))
+                by[_int(s)] = (x - _int(a), y - _int(b))
+                left_out += _int(a) + _int(b)
         for s in range(1, steps):  # the interval after step s; before step 1 is set-up, after the last is the end
             a, b = by.get(s, (0, 0))
             if s in evals:
@@ -339,7 +351,7 @@ def read_rates(run: "RunRecord") -> list[ReadRate] | None:
             if s >= steps:
                 after += a + b
         out.append(ReadRate(p.get("pid"), train / judged if judged else 0.0, judged, train, eval_r, after,
-                            {str(k): _int(v) for k, v in (hr.get("ops") or {}).items()}))
+                            {str(k): _int(v) for k, v in (hr.get("ops") or {}).items()}, left_out))
     return out
 
 

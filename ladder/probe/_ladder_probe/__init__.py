@@ -174,10 +174,14 @@ class HostReads:
         self.data = 0  # input preparation: inside a data loader's next batch, or a CPU tensor used as an index
         self.ops: dict = {}
         self.by_step: dict = {}  # step -> [reads outside evaluation, reads inside]
+        # the same buckets for reads of values already in host memory (a CPU tensor): on a CPU reference they
+        # stand for what a device would read; on a port computing on an accelerator they move nothing
+        self.host_by_step: dict = {}
         self.overflow = [0, 0]
 
-    def count(self, op: str, data: bool = False) -> None:
-        """One read; `data` marks input preparation wherever it happens (a CPU tensor used as an index)."""
+    def count(self, op: str, data: bool = False, host: bool = False) -> None:
+        """One read; `data` marks input preparation wherever it happens (a CPU tensor used as an index); `host`,
+        a read of a value in host memory (counted as any other, and apart)."""
         if is_quiet():
             return
         if clock.in_step:
@@ -188,13 +192,17 @@ class HostReads:
             return
         self.total += 1
         self.ops[op] = self.ops.get(op, 0) + 1
-        b = self.by_step.get(clock.step)
-        if b is None:
-            if len(self.by_step) >= MAX_BUCKETS:
-                self.overflow[1 if clock.eval else 0] += 1
-                return
-            b = self.by_step[clock.step] = [0, 0]
-        b[1 if clock.eval else 0] += 1
+        for buckets, counted in ((self.by_step, True), (self.host_by_step, host)):
+            if not counted:
+                continue
+            b = buckets.get(clock.step)
+            if b is None:
+                if len(buckets) >= MAX_BUCKETS:
+                    if buckets is self.by_step:
+                        self.overflow[1 if clock.eval else 0] += 1
+                    continue
+                b = buckets[clock.step] = [0, 0]
+            b[1 if clock.eval else 0] += 1
 
     def renumber_from_zero(self) -> None:
         """The clock was taken over and counts from 0 again: what came before its first step is step 0's."""
@@ -207,7 +215,8 @@ class HostReads:
     def snapshot(self) -> dict:
         return {"total": self.total, "internal": self.internal, "data": self.data, "ops": self.ops,
                 "overflow": self.overflow,
-                "by_step": [[s, a, b] for s, (a, b) in sorted(self.by_step.items())]}
+                "by_step": [[s, a, b] for s, (a, b) in sorted(self.by_step.items())],
+                "host_by_step": [[s, a, b] for s, (a, b) in sorted(self.host_by_step.items())]}
 
 
 reads = HostReads()

@@ -124,7 +124,7 @@ def _wrap_read(cls, name: str) -> None:
             return orig(self, *a, **k)
     else:
         def method(self, *a, **k):
-            count(name)
+            count(name, host=bool(getattr(self, "is_cpu", False)))
             return orig(self, *a, **k)
 
     method.__name__ = getattr(orig, "__name__", name)
