@@ -775,6 +775,18 @@ def test_a_seed_that_never_reaches_the_generators_fails_randomness(runs, jax_pyt
     assert check(spawned, 5, reference).status == "not_applicable"  # seeded as it should be; no JAX draws
     fixed = check(runs(torch_python, "torch_train.py", "--seed", "5", "--seed-sequence", "const"), 5, reference)
     assert fixed.status == "failed" and "numpy.random.default_rng(1234)" in fixed.evidence, fixed.evidence
+    # round 13's charlm/xla_dist_sampler: the reference draws its data order from numpy's global generator, seeded;
+    # the port from a torch.Generator (a DistributedSampler's), never seeding numpy and never drawing from it: the
+    # probe sees numpy's state unmoved at exit, so leaving it unseeded changes nothing
+    np_ref = runs(torch_python, "torch_train.py", "--data-order", "numpy", "--seed", "5")
+    other = runs(torch_python, "torch_train.py", "--data-order", "torch_gen", "--seed", "5")
+    assert other.probe["processes"][0]["seed"]["drew"]["numpy.random.seed"] is False
+    assert np_ref.probe["processes"][0]["seed"]["drew"]["numpy.random.seed"] is True
+    assert check(other, 5, np_ref).status == "not_applicable", check(other, 5, np_ref).evidence
+    # the same port drawing its order from numpy's global generator without seeding it: numbers no seed controls
+    drifting = check(runs(torch_python, "torch_train.py", "--data-order", "numpy_unseeded", "--seed", "5"), 5, np_ref)
+    assert drifting.status == "failed" and "the reference seeds numpy.random.seed and the run never does" in \
+        drifting.evidence, drifting.evidence
 
 
 @pytest.mark.slow

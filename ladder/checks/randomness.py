@@ -88,6 +88,16 @@ def _seeding(probe: dict[str, Any] | None) -> tuple[dict[str, set[int]], bool] |
     return (out, mode) if seen else None
 
 
+def _drew(probe: dict[str, Any] | None) -> dict[str, bool]:
+    """For each global host generator (numpy's, random's, torch's default), whether the run drew from it after it
+    was first seen or last seeded, in any process; a generator the probe could not read is left out."""
+    out: dict[str, bool] = {}
+    for p in (probe or {}).get("processes") or []:
+        for label, drew in ((p.get("seed") or {}).get("drew") or {}).items():
+            out[label] = out.get(label, False) or bool(drew)
+    return out
+
+
 def unseeded(run, ref) -> tuple[str | None, dict[str, set[int]]]:  # noqa: ANN001 - RunRecord
     """Whether the run's seed reaches the generators the reference seeds from its own: a seed never passed on
     (a config built with a constant seed) makes runs at different seeds the same run; a generator the
@@ -109,8 +119,13 @@ the probe followed from the seed option through arithmetic, as in PRNGKey(seed +
             return why, values
     frameworks = (run.probe or {}).get("frameworks") or {}
     if "torch" in frameworks and "jax" not in frameworks:
-        # a device generator (torch.cuda's) has no counterpart on another accelerator: the host's must match
-        missing = sorted(label for label in set(ref_values) - set(values) if not label.startswith("torch.cuda"))
+        # a device generator (torch.cuda's) has no counterpart on another accelerator: the host's must match. A
+        # generator the run never draws from needs no seed (its data order from a torch generator, not numpy's),
+        # nor does a numpy Generator the run never makes (default_rng: it draws from none)
+        drew = _drew(run.probe)
+        missing = sorted(label for label in set(ref_values) - set(values)
+                         if not label.startswith("torch.cuda") and label != "numpy.random.default_rng"
+                         and drew.get(label) is not False)
         if missing:
             return (f"the reference seeds {', '.join(missing)} and the run never does (it seeds "
                     f"{', '.join(sorted(values)) or 'nothing'}): what those generators draw (initial weights, data "

@@ -31,7 +31,7 @@ import _ladder_probe as core
 SNAPSHOT_ORDER = 4
 _PRIME = 1_000_003
 _TORCH_DEFAULT_SEED = 67280421310721
-_s: dict = {"calls": {}, "patched": [], "values": {}, "from_seed": {}, "flag": None}
+_s: dict = {"calls": {}, "patched": [], "values": {}, "from_seed": {}, "flag": None, "states": {}}
 _VALUES_KEPT = 8
 
 
@@ -39,6 +39,35 @@ def reset() -> None:
     _s["calls"] = {}
     _s["values"] = {}
     _s["from_seed"] = {}
+    _s["states"] = {}
+
+
+# The global host generators a seeding call sets, and how to read a fingerprint of their state without drawing:
+# a generator whose state at exit is the one it had when first seen (or last seeded) drew nothing, so leaving it
+# unseeded changes nothing (a port that draws its data order from a torch generator, never from numpy's).
+def _state_of(label: str):
+    try:
+        if label == "numpy.random.seed":
+            st = sys.modules["numpy"].random.get_state()
+            return hash((st[1].tobytes(), int(st[2])))
+        if label == "random.seed":
+            return hash(sys.modules["random"].getstate())
+        if label == "torch.manual_seed":
+            return hash(bytes(sys.modules["torch"].default_generator.get_state().numpy()))
+    except Exception:  # a generator that cannot be read: whether it drew stays unknown
+        return None
+    return None
+
+
+_GENERATORS = ("numpy.random.seed", "random.seed", "torch.manual_seed")
+
+
+def _mark(label: str) -> None:
+    """The generator's state now: when the probe first sees it and after each seeding call."""
+    label = label.replace("torch.random.", "torch.")
+    if label in _GENERATORS:
+        with core.quiet():
+            _s["states"][label] = _state_of(label)
 
 
 class _FromSeed(int):
@@ -130,7 +159,9 @@ def _wrap(owner, attr: str, label: str, modulus: int | None) -> None:
             seed = seed + _offset()
             if modulus:
                 seed %= modulus
-        return fn(seed, *args, **kwargs)
+        out = fn(seed, *args, **kwargs)
+        _mark(label)
+        return out
 
     try:
         functools.update_wrapper(seeded, fn)
@@ -150,15 +181,18 @@ def on_torch(torch) -> None:
         _wrap(owner, attr, label, 2 ** 63)
     if _offset():
         orig(_TORCH_DEFAULT_SEED + _offset())  # an unseeded program draws from the default generator
+    _mark("torch.manual_seed")
 
 
 def on_numpy(np) -> None:
     _wrap(np.random, "seed", "numpy.random.seed", 2 ** 32)
     _wrap(np.random, "default_rng", "numpy.random.default_rng", None)
+    _mark("numpy.random.seed")
 
 
 def on_random(random) -> None:
     _wrap(random, "seed", "random.seed", None)
+    _mark("random.seed")
 
 
 def on_jax(jax) -> None:
@@ -212,6 +246,15 @@ def on_install() -> None:
 
 
 def snapshot() -> dict:
+    drew = {}
+    with core.quiet():  # the probe's own reads of the states are not the program's
+        for label, before in _s["states"].items():  # drew since seen or seeded: the state moved
+            now = _state_of(label)
+            if before is not None and now is not None:
+                drew[label] = now != before
+    for label, module in zip(_GENERATORS, ("numpy", "random", "torch")):
+        if module not in sys.modules:  # never imported: never drawn from
+            drew[label] = False
     return {"seed": {"mode": bool(core.opts.get("seed")), "offset": _offset(), "patched": _s["patched"],
                      "calls": _s["calls"], "values": _s["values"], "from_seed": _s["from_seed"],
-                     "flag": _s["flag"]}}
+                     "flag": _s["flag"], "drew": drew}}
