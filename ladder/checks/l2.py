@@ -296,8 +296,10 @@ def host_syncs(ctx: CheckContext) -> CheckResult:
         return _not_applicable(name, "the target is the CPU, the host itself: a read into Python is no "
                                      "device round-trip")
     # the port's reads of tensors already in host memory move nothing from its device; the CPU reference's reads
-    # all stand for what its device would read
-    mine = read_rates(ctx.run, device_only=True)
+    # all stand for what its device would read, and so do a port's whose tensors never left the CPU (it fails
+    # `platform`; its reads here are still those its device would make)
+    off_host = bool(set(_observed(ctx.run.probe or {})["torch"]) - {"cpu"})
+    mine = read_rates(ctx.run, device_only=off_host)
     if mine is None:
         return not_checked(L, name, "the run's probe did not count host reads (written by an older ladder)")
     ref, missing = _baseline_probe(ctx, name)

@@ -206,11 +206,12 @@ class HostReads:
 
     def renumber_from_zero(self) -> None:
         """The clock was taken over and counts from 0 again: what came before its first step is step 0's."""
-        zero = [0, 0]
-        for b in self.by_step.values():
-            zero[0] += b[0]
-            zero[1] += b[1]
-        self.by_step = {0: zero} if any(zero) else {}
+        for name in ("by_step", "host_by_step"):
+            zero = [0, 0]
+            for b in getattr(self, name).values():
+                zero[0] += b[0]
+                zero[1] += b[1]
+            setattr(self, name, {0: zero} if any(zero) else {})
 
     def snapshot(self) -> dict:
         return {"total": self.total, "internal": self.internal, "data": self.data, "ops": self.ops,
