@@ -822,6 +822,10 @@ def test_a_jax_checkpoint_resumed_into_a_fresh_model_repeats_no_draw_and_keeps_o
     from ladder.checks.l2 import fresh_state_steps
 
     assert fresh_state_steps(run.probe) == [] and fresh_state_steps(plain.probe) == []
+    # a counter that cycles by design (apply_every's count, the only count of a fixed-rate SGD's state) is not a
+    # state built anew
+    acc = runs(jax_python, "jax_train.py", "--flax", "--accumulate", "apply_every")
+    assert fresh_state_steps(acc.probe) == [], fresh_state_steps(acc.probe)
     fresh, checks = judge("--flax", "--resume", "--fault", "resume_fresh_state")
     assert fresh_state_steps(fresh.probe) == [41], fresh_state_steps(fresh.probe)
     assert [p.loss for p in fresh.loss_curve][4:] != [p.loss for p in plain.loss_curve][4:]  # the fault acts

@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import sys
 import threading
+from collections.abc import Mapping
 
 import _ladder_probe as core
 from _ladder_probe import jax_facts
@@ -177,12 +178,36 @@ def _state_measure(state):
     when the state was built anew (a checkpoint restored without it). The counts alone where there are some: a few
     scalars, where a norm would read the whole state every step. None for a state with nothing to measure."""
     jax, jnp = sys.modules["jax"], sys.modules["jax.numpy"]
-    leaves = [x for x in jax.tree_util.tree_leaves(state) if hasattr(x, "dtype")]
-    counts = [x for x in leaves if jnp.issubdtype(x.dtype, jnp.integer)]
+    counts: list = []
+    _counts(state, counts, jnp, 0)
     if counts:
         return sum(jnp.sum(jnp.abs(c)).astype(jnp.float32) for c in counts)
+    leaves = [x for x in jax.tree_util.tree_leaves(state) if hasattr(x, "dtype")]
     floats = [x for x in leaves if jnp.issubdtype(x.dtype, jnp.floating)]
     return _orig["global_norm"](floats) if floats else None
+
+
+# counters that go back to zero by design: apply_every's and MultiSteps' position within the accumulation
+_CYCLING = {"ApplyEvery": "count", "MultiStepsState": "mini_step"}
+
+
+def _counts(node, out: list, jnp, depth: int) -> None:
+    """The integer leaves of an optax state that only grow (step counts), its cycling counters left out."""
+    if depth > 32 or node is None:
+        return
+    if hasattr(node, "dtype") and hasattr(node, "shape"):
+        if jnp.issubdtype(node.dtype, jnp.integer):
+            out.append(node)
+        return
+    if isinstance(node, Mapping):  # a dict, flax's FrozenDict
+        for v in node.values():
+            _counts(v, out, jnp, depth + 1)
+        return
+    if isinstance(node, (tuple, list)):
+        skip = _CYCLING.get(type(node).__name__) if hasattr(node, "_fields") else None
+        for i, v in enumerate(node):
+            if skip is None or node._fields[i] != skip:
+                _counts(v, out, jnp, depth + 1)
 
 
 def _outermost(desc: dict, updates, params, state=None) -> None:
