@@ -292,6 +292,14 @@ def interval(k: int, n: int, conf: float = 0.95) -> tuple[float, float]:
     return lo, hi
 
 
+def _commit() -> tuple[str, bool]:
+    """HEAD, and whether ladder's code, its protocols or the corpus differ from it in the work tree."""
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
+    dirty = bool(subprocess.run(["git", "status", "--porcelain", "--", "ladder", "protocols", "benchmarks/ports"],
+                                capture_output=True, text=True, cwd=ROOT).stdout.strip())
+    return commit, dirty
+
+
 def rate(k: int, n: int) -> str:
     if n == 0:
         return "-"
@@ -324,6 +332,7 @@ def main() -> None:
     args.out = args.out or HERE / f"results-{args.set}{'' if args.round == 1 else f'-r{args.round}'}.json"
     parity = load_parity(args.parity)
     t_start = time.time()
+    started = _commit()
     programs = sorted(p.parent for p in CORPUS.glob("*/corpus.toml"))
     if args.programs:
         programs = [p for p in programs if p.name in args.programs.split(",")]
@@ -441,10 +450,11 @@ def report(trials: list[dict[str, Any]], args, wall: float) -> None:
     for prog in sorted({t["program"] for t in trials}):
         s = _summ([t for t in trials if t["program"] == prog], "ladder")
         print(f"  - {prog}: false alarm {rate(*s['false_alarm'][:2])}, recall {rate(*s['recall'][:2])}")
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
-    dirty = bool(subprocess.run(["git", "status", "--porcelain", "--", "ladder", "protocols", "benchmarks/ports"],
-                                capture_output=True, text=True, cwd=ROOT).stdout.strip())
-    out = {"commit": commit, "dirty": dirty, "date": datetime.datetime.now().isoformat(timespec="seconds"),
+    # the commit the run started at (ladder's code and the corpus it judged); a commit made during a long run is
+    # noted apart, never recorded as the one judged
+    commit, dirty = started
+    now = _commit()
+    out = {"commit": commit, "dirty": dirty, **({"commit_at_end": now[0]} if now[0] != commit else {}), "date": datetime.datetime.now().isoformat(timespec="seconds"),
            "set": args.set, "round": args.round, "trials_per_variant": args.trials, "baseline": [args.baseline_short, args.baseline_full],
            "wall_s": round(wall, 1), "summary": summary, "trials": trials}
     args.out.write_text(json.dumps(out, indent=1))
