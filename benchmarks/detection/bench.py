@@ -391,7 +391,7 @@ def main() -> None:
                     else:  # results of an older parity run (no side directories): the joined verdicts
                         join_parity(t, outcome)
                 trials.append(t)
-    report(trials, args, time.time() - t_start)
+    report(trials, args, time.time() - t_start, started)
 
 
 def _summ(trials: list[dict[str, Any]], rule: str) -> dict[str, Any]:
@@ -411,7 +411,7 @@ def _summ(trials: list[dict[str, Any]], rule: str) -> dict[str, Any]:
             "undecided": und}
 
 
-def report(trials: list[dict[str, Any]], args, wall: float) -> None:
+def report(trials: list[dict[str, Any]], args, wall: float, started: tuple[str, bool]) -> None:
     print()
     with_parity = any("ladder_parity" in t for t in trials)
     print("| program | variant | kind | stack | set | ladder (failed checks) | fixed rule + L2 |"
