@@ -454,7 +454,8 @@ def report(trials: list[dict[str, Any]], args, wall: float, started: tuple[str, 
     # noted apart, never recorded as the one judged
     commit, dirty = started
     now = _commit()
-    out = {"commit": commit, "dirty": dirty, **({"commit_at_end": now[0]} if now[0] != commit else {}), "date": datetime.datetime.now().isoformat(timespec="seconds"),
+    out = {"commit": commit, "dirty": dirty, **({"commit_at_end": now[0]} if now[0] != commit else {}),
+           "date": datetime.datetime.now().isoformat(timespec="seconds"),
            "set": args.set, "round": args.round, "trials_per_variant": args.trials, "baseline": [args.baseline_short, args.baseline_full],
            "wall_s": round(wall, 1), "summary": summary, "trials": trials}
     args.out.write_text(json.dumps(out, indent=1))

@@ -192,32 +192,37 @@ class HostReads:
             return
         self.total += 1
         self.ops[op] = self.ops.get(op, 0) + 1
-        for buckets, counted in ((self.by_step, True), (self.host_by_step, host)):
-            if not counted:
-                continue
-            b = buckets.get(clock.step)
-            if b is None:
-                if len(buckets) >= MAX_BUCKETS:
-                    if buckets is self.by_step:
-                        self.overflow[1 if clock.eval else 0] += 1
-                    continue
-                b = buckets[clock.step] = [0, 0]
-            b[1 if clock.eval else 0] += 1
+        if not _bump(self.by_step):
+            self.overflow[1 if clock.eval else 0] += 1
+        if host:
+            _bump(self.host_by_step)
 
     def renumber_from_zero(self) -> None:
         """The clock was taken over and counts from 0 again: what came before its first step is step 0's."""
-        for name in ("by_step", "host_by_step"):
-            zero = [0, 0]
-            for b in getattr(self, name).values():
-                zero[0] += b[0]
-                zero[1] += b[1]
-            setattr(self, name, {0: zero} if any(zero) else {})
+        self.by_step, self.host_by_step = _collapsed(self.by_step), _collapsed(self.host_by_step)
 
     def snapshot(self) -> dict:
         return {"total": self.total, "internal": self.internal, "data": self.data, "ops": self.ops,
                 "overflow": self.overflow,
                 "by_step": [[s, a, b] for s, (a, b) in sorted(self.by_step.items())],
                 "host_by_step": [[s, a, b] for s, (a, b) in sorted(self.host_by_step.items())]}
+
+
+def _bump(buckets: dict) -> bool:
+    """One read in the current step's bucket (outside or inside evaluation); False when the buckets are full."""
+    b = buckets.get(clock.step)
+    if b is None:
+        if len(buckets) >= MAX_BUCKETS:
+            return False
+        b = buckets[clock.step] = [0, 0]
+    b[1 if clock.eval else 0] += 1
+    return True
+
+
+def _collapsed(buckets: dict) -> dict:
+    """Every bucket summed into step 0's."""
+    zero = [sum(b[0] for b in buckets.values()), sum(b[1] for b in buckets.values())]
+    return {0: zero} if any(zero) else {}
 
 
 reads = HostReads()
