@@ -746,6 +746,37 @@ def test_a_jax_key_used_again_repeats_dropout_or_data_order_and_fails_randomness
 
 @pytest.mark.slow
 @pytest.mark.jax
+def test_host_draws_no_seed_controls_fail_randomness_on_a_jax_port(runs, jax_python, torch_python) -> None:
+    # round 14's dpclass/jax_numpy_shuffle_unseeded and regress/fault_jax_default_rng_unseeded: a JAX port whose
+    # keys come from --seed and whose epoch order comes from numpy's global generator never seeded, or from a
+    # default_rng() made with no seed: each run is another data order at the same seed
+    from ladder.checks.randomness import randomness
+
+    def check(run: RunRecord, ref: RunRecord) -> CheckResult:
+        return randomness(CheckContext(run=run.model_copy(update={"seed": 5}), protocol=load_protocol(),
+                                       baseline=_baseline(ref)))
+
+    reference = runs(torch_python, "torch_train.py", "--seed", "5")  # torch's own order; never draws from numpy
+    assert reference.probe["processes"][0]["seed"]["drew"]["numpy.random.seed"] is False
+    seeded = check(runs(jax_python, "jax_train.py", "--seed", "5", "--shuffle", "numpy"), reference)
+    assert seeded.status in ("passed", "not_applicable"), seeded.evidence  # np.random.seed(--seed), permutation
+    unseeded = runs(jax_python, "jax_train.py", "--seed", "5", "--shuffle", "numpy_unseeded")
+    (out := Path(unseeded.cwd).parent / (Path(unseeded.cwd).name + "-again")).mkdir()
+    again = capture(jax_python, "jax_train.py", ["--seed", "5", "--shuffle", "numpy_unseeded"], out)
+    assert [p.loss for p in unseeded.loss_curve] != [p.loss for p in again.loss_curve]  # the fault really happens
+    c = check(unseeded, reference)
+    assert c.status == "failed" and "numpy's global generator" in c.evidence and "never seeds it" in c.evidence, \
+        c.evidence
+    rng = check(runs(jax_python, "jax_train.py", "--seed", "5", "--shuffle", "rng_unseeded"), reference)
+    assert rng.status == "failed" and "numpy.random.default_rng() with no seed at jax_train.py:" in rng.evidence, \
+        rng.evidence
+    # relative to the reference: a reference that draws from numpy unseeded as well does not blame the port
+    np_ref = runs(torch_python, "torch_train.py", "--data-order", "numpy_unseeded", "--seed", "5")
+    assert check(unseeded, np_ref).status in ("passed", "not_applicable"), check(unseeded, np_ref).evidence
+
+
+@pytest.mark.slow
+@pytest.mark.jax
 def test_a_seed_that_never_reaches_the_generators_fails_randomness(runs, jax_python, torch_python) -> None:
     # the probe watches the values the program seeds its generators with: the reference seeds torch with its
     # seed; a JAX port that builds its key from a constant is the same run at every seed, and a torch port that
@@ -887,6 +918,22 @@ def test_jax_float_every_step_is_host_syncs(runs, jax_python, reference, fault) 
     run = runs(jax_python, "jax_train.py", "--fault", fault)
     c = l2(run, "jax-cpu", reference)["host_syncs"]
     assert c.status == "failed" and c.measured >= 1.0 and "jax.Array read" in c.evidence, c.evidence
+
+
+@pytest.mark.slow
+@pytest.mark.jax
+def test_a_step_compiled_ahead_of_time_is_measured_as_a_jitted_one(runs, jax_python, reference) -> None:
+    # jit(step).lower(...).compile() before the loop, the executable called each step: the probe follows the
+    # stages to their calls, so the steps are counted, the compiles fall in the warm-up, and a read a step is caught
+    plain, aot = runs(jax_python, "jax_train.py"), runs(jax_python, "jax_train.py", "--aot")
+    assert [round(p.loss, 5) for p in aot.loss_curve] == [round(p.loss, 5) for p in plain.loss_curve]  # same numbers
+    checks = l2(aot, "jax-cpu", reference)
+    for name in ("recompilation", "host_syncs", "optimizer_unchanged"):
+        assert checks[name].status == "passed", (name, checks[name].evidence)
+    assert aot.probe["optimizer_steps"] == plain.probe["optimizer_steps"] == 40, aot.probe["optimizer_steps"]
+    assert len(aot.probe["grad_norms"]["values"]) == len(plain.probe["grad_norms"]["values"]) > 0
+    bad = l2(runs(jax_python, "jax_train.py", "--aot", "--fault", "item"), "jax-cpu", reference)["host_syncs"]
+    assert bad.status == "failed" and bad.measured >= 1.0, bad.evidence
 
 
 @pytest.mark.slow

@@ -12,6 +12,11 @@ from the same key: draws inside a Flax, Haiku or Equinox initialisation are not 
 draw of the run's start made again where the optimizer was built anew, no more often than it was, is that
 initialisation repeated.
 
+A port may also draw numbers no seed controls at all: numpy's or Python's global generator drawn from and never
+seeded, or a generator the program sets from OS entropy (`np.random.default_rng()`); its data order is new in
+every run, so two runs at the same seed differ while each looks like another seed. The probe reports both
+(ladder/probe/_ladder_probe/seed.py); the run fails for such draws the reference does not make.
+
 Relative to the reference: a repeat the reference's own run makes as well is not the port's. A torch
 reference has no keys (its generators advance by themselves), so it repeats nothing. A run that drew no
 JAX random numbers while training has nothing to judge: not_applicable.
@@ -98,6 +103,44 @@ def _drew(probe: dict[str, Any] | None) -> dict[str, bool]:
     return out
 
 
+_GLOBAL_HOST = (("numpy.random.seed", "numpy's global generator (np.random.permutation, np.random.shuffle, ...)"),
+                ("random.seed", "Python's random module (random.shuffle, random.random, ...)"))
+
+
+def entropy_draws(probe: dict[str, Any] | None) -> dict[str, str]:
+    """The host generators this run draws from with no seed at all, each with what the probe saw: numpy's or
+    random's global generator drawn from by the program's own code while never seeded in its process, and a
+    Generator or a global generator set from OS entropy by the program's own code (`np.random.default_rng()`,
+    `random.seed()`). Draws and calls made by libraries are left out (jax draws np.random.rand at import). A run
+    whose report lacks these facts (an older probe) has none."""
+    out: dict[str, str] = {}
+    what = dict(_GLOBAL_HOST)
+    for p in (probe or {}).get("processes") or []:
+        s = p.get("seed") or {}
+        for label, d in (s.get("global_draws") or {}).items():
+            out.setdefault(label, f"it draws from {what.get(label, label)} and never seeds it ({d.get('first', '?')} "
+                                  f"at {d.get('site', '?')}, {d.get('calls', 1)} call(s))")
+        for label, u in (s.get("unseeded") or {}).items():
+            out.setdefault(f"{label}()", f"{label.replace('.seed', '.seed()').replace('default_rng', 'default_rng()')}"
+                                         f" with no seed at {u.get('site', '?')} ({u.get('calls', 1)} call(s))")
+    return out
+
+
+def _may_draw_unseeded(probe: dict[str, Any] | None) -> set[str]:
+    """What the reference may draw with no seed: its own entropy draws and, where its probe did not watch the
+    global generators' draws (an older probe), each one it drew from, or may have, in a process that never seeds
+    it (unknown counts as drawn: the port is not blamed)."""
+    out = set(entropy_draws(probe))
+    for p in (probe or {}).get("processes") or []:
+        s = p.get("seed") or {}
+        if "global_draws" in s:
+            continue
+        for label, _ in _GLOBAL_HOST:
+            if (s.get("drew") or {}).get(label) is not False and label not in (s.get("values") or {}):
+                out.add(label)
+    return out
+
+
 def unseeded(run, ref) -> tuple[str | None, dict[str, set[int]]]:  # noqa: ANN001 - RunRecord
     """Whether the run's seed reaches the generators the reference seeds from its own: a seed never passed on
     (a config built with a constant seed) makes runs at different seeds the same run; a generator the
@@ -130,6 +173,12 @@ the probe followed from the seed option through arithmetic, as in PRNGKey(seed +
             return (f"the reference seeds {', '.join(missing)} and the run never does (it seeds "
                     f"{', '.join(sorted(values)) or 'nothing'}): what those generators draw (initial weights, data "
                     "order) no seed controls"), values
+    fresh = {label: why for label, why in entropy_draws(run.probe).items()
+             if label not in _may_draw_unseeded(ref.probe if ref is not None else None)}
+    if fresh:
+        return (f"the run draws random numbers no seed controls, where the reference does not: "
+                f"{'; '.join(fresh.values())}. What they decide (the data order, a noise sample) is new OS entropy "
+                "in every run: two runs at the same seed differ, and each looks like another seed"), values
     return None, values
 
 

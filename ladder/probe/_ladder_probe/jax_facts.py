@@ -9,7 +9,9 @@ whose update no optax transformation makes, the function that applies jax.grad /
 context carries the gradient and parameter norms that the update computed out as one extra output of the
 step (a tuple of scalars), so they are recorded without a host callback inside the step and without a
 second trace: the step compiles exactly as often as without the probe. Values stay on the device until
-exit. A function whose update is traced under a nested transformation (shard_map, scan, vmap) counts
+exit. Ahead-of-time use (`jax.jit(f).lower(...).compile()`) is followed through its stages: the executable
+compiled from the wrapped function, called, counts as a call of it (a step compiled before the loop is
+measured as one jitted in it). A function whose update is traced under a nested transformation (shard_map, scan, vmap) counts
 steps but cannot hand its norms out; the report says so.
 
 Random draws: the key-consuming jax.random functions are wrapped. A draw traced in the training step hands
@@ -204,9 +206,13 @@ class Traced:
         return traced
 
     def __call__(self, *args, **kwargs):
+        return self._call(self._jitted, args, kwargs)
+
+    def _call(self, fn, args, kwargs):
+        """A call of the jitted function, or of an executable compiled ahead of time from it (`fn`)."""
         outer = current_box()
         if outer is not None:  # called while another function is traced: not a host call
-            res = self._jitted(*args, **kwargs)
+            res = fn(*args, **kwargs)
             if type(res) is Aux:
                 if res.aux is not None:
                     outer.offer(res.aux)
@@ -221,7 +227,7 @@ class Traced:
         if _is_step(rec):
             core.clock.tick("jax training step")
             ticked = True
-        res = self._jitted(*args, **kwargs)
+        res = fn(*args, **kwargs)
         try:
             rec["calls"] += 1
             if _is_step(rec) and not ticked:  # learnt while tracing this first call
@@ -255,11 +261,11 @@ class Traced:
             self._plain = self._original(self._fun, **self._kwargs)
         return self._plain
 
-    def lower(self, *a, **k):  # ahead-of-time use gets the program's own function, without the probe's output
-        return self._plain_fn().lower(*a, **k)
+    def lower(self, *a, **k):  # ahead-of-time use: the stages of the traced function, followed to their calls
+        return _Stage(self, self._jitted.lower(*a, **k))
 
     def trace(self, *a, **k):
-        return self._plain_fn().trace(*a, **k)
+        return _Stage(self, self._jitted.trace(*a, **k))
 
     def eval_shape(self, *a, **k):
         return self._plain_fn().eval_shape(*a, **k)
@@ -268,6 +274,31 @@ class Traced:
         if name.startswith("__") or name in ("_jitted", "_plain", "_original", "_fun", "_kwargs", "_rec"):
             raise AttributeError(name)
         return getattr(self._jitted, name)
+
+
+class _Stage:
+    """A stage of ahead-of-time use of a Traced function (`jit(f).trace(...)`, `.lower(...)`, `.compile()`): the
+    real stage of the traced function (the program's own graph plus the probe's outputs, as a plain call compiles
+    it), whose executable, called, counts as a call of the jitted function: a training step ticks the step clock
+    and gives its gradient norms. A program that compiles its step before the loop and calls the executable is
+    measured as one that calls the jitted function. Every other attribute is the stage's own."""
+
+    def __init__(self, owner: Traced, stage) -> None:
+        self._owner, self._stage = owner, stage
+
+    def lower(self, *a, **k):
+        return _Stage(self._owner, self._stage.lower(*a, **k))
+
+    def compile(self, *a, **k):
+        return _Stage(self._owner, self._stage.compile(*a, **k))
+
+    def __call__(self, *args, **kwargs):
+        return self._owner._call(self._stage, args, kwargs)
+
+    def __getattr__(self, name):
+        if name in ("_owner", "_stage"):
+            raise AttributeError(name)
+        return getattr(self._stage, name)
 
 
 def _is_step(rec: dict) -> bool:

@@ -10,7 +10,12 @@ identical is named. A SeedSequence handed to default_rng counts by its entropy (
 a list of ints by its elements; neither is offset.
 
 Without the option the same functions are only watched: the values the program seeds them with (the first
-few of each) go into the report, and L1 `randomness` asks whether the run's own seed reaches them.
+few of each) go into the report, and L1 `randomness` asks whether the run's own seed reaches them. A call with
+no seed made by the program's own code (`np.random.default_rng()`, `random.seed()`: OS entropy) is reported
+with its site (`unseeded`), as is a draw from numpy's or random's global generator (`np.random.permutation`,
+`random.shuffle`) made by the program's own code while that generator was never seeded in the process
+(`global_draws`); for numpy's, random's and torch's global generators the report also says whether the run
+drew from them at all (`drew`).
 
 A seed a port derives (`PRNGKey(seed + 1)`, `default_rng(seed * 1000 + epoch)`) has another value than the run's
 seed, yet comes from it. So the seed flag is followed: when the program parses its arguments with argparse, an
@@ -31,7 +36,10 @@ import _ladder_probe as core
 SNAPSHOT_ORDER = 4
 _PRIME = 1_000_003
 _TORCH_DEFAULT_SEED = 67280421310721
-_s: dict = {"calls": {}, "patched": [], "values": {}, "from_seed": {}, "flag": None, "states": {}}
+_s: dict = {"calls": {}, "patched": [], "values": {}, "from_seed": {}, "flag": None, "states": {}, "unseeded": {},
+            "global_draws": {}}
+# the global generators seeded in this process (kept across a fork: a forked child inherits the seeded state)
+_SEEDED: set = set()
 _VALUES_KEPT = 8
 
 
@@ -40,6 +48,27 @@ def reset() -> None:
     _s["values"] = {}
     _s["from_seed"] = {}
     _s["states"] = {}
+    _s["unseeded"] = {}
+    _s["global_draws"] = {}
+
+
+try:
+    import sysconfig
+
+    _STDLIB = sysconfig.get_paths().get("stdlib") or ""
+except Exception:  # never into the program
+    _STDLIB = ""
+
+
+def _program_site(frame) -> str | None:
+    """`file:line` of a call made by the program's own code; None for a library's (site-packages, the standard
+    library, the probe), whose calls without a seed are its business, not the port's."""
+    name = frame.f_code.co_filename if frame is not None else "<?>"
+    if name.startswith("<") or any(part in name for part in ("site-packages", "dist-packages", "_ladder_probe")):
+        return None
+    if _STDLIB and name.startswith(_STDLIB):
+        return None
+    return f"{name.rsplit('/', 1)[-1]}:{frame.f_lineno}"
 
 
 # The global host generators a seeding call sets, and how to read a fingerprint of their state without drawing:
@@ -147,6 +176,14 @@ def _wrap(owner, attr: str, label: str, modulus: int | None) -> None:
 
     def seeded(seed=None, *args, **kwargs):
         _s["calls"][label] = _s["calls"].get(label, 0) + 1
+        if seed is None and not label.startswith(("torch", "jax")):  # numpy's or random's, from OS entropy
+            _SEEDED.discard(label)
+            site = _program_site(sys._getframe(1))
+            if site is not None:
+                u = _s["unseeded"].setdefault(label, {"calls": 0, "site": site})
+                u["calls"] += 1
+        elif seed is not None:
+            _SEEDED.add(label)
         kept = _s["values"].setdefault(label, [])
         for v in _seed_ints(seed):  # as the program passed it: does the run's seed reach its generators?
             if len(kept) < _VALUES_KEPT and v not in kept:
@@ -172,6 +209,42 @@ def _wrap(owner, attr: str, label: str, modulus: int | None) -> None:
     _s["patched"].append(label)
 
 
+# The module-level draws of numpy's and random's global generators. A draw made by the program's own code while
+# the generator was never seeded in this process is counted with its site (`global_draws`): numbers no seed
+# controls. Libraries draw at import (jax's k8s cluster module calls np.random.rand): theirs are left out.
+_NUMPY_DRAWS = ("beta", "binomial", "bytes", "chisquare", "choice", "dirichlet", "exponential", "gamma", "geometric",
+                "gumbel", "laplace", "logistic", "lognormal", "multinomial", "multivariate_normal", "normal",
+                "permutation", "poisson", "rand", "randint", "randn", "random", "random_integers", "random_sample",
+                "ranf", "sample", "shuffle", "standard_normal", "standard_t", "uniform")
+_RANDOM_DRAWS = ("random", "uniform", "randint", "randrange", "choice", "choices", "shuffle", "sample", "gauss",
+                 "normalvariate", "getrandbits", "betavariate", "expovariate", "triangular")
+
+
+def _watch_draws(owner, names: tuple, label: str) -> None:
+    for name in names:
+        fn = getattr(owner, name, None)
+        if fn is None or getattr(fn, "_ladder_wrapped", False):
+            continue
+
+        def draw(*args, _fn=fn, _name=name, **kwargs):
+            if label not in _SEEDED:
+                try:
+                    site = _program_site(sys._getframe(1))
+                    if site is not None:
+                        d = _s["global_draws"].setdefault(label, {"calls": 0, "site": site, "first": _name})
+                        d["calls"] += 1
+                except Exception as e:  # never into the program
+                    core.record_error("global draw", e)
+            return _fn(*args, **kwargs)
+
+        try:
+            functools.update_wrapper(draw, fn)
+        except Exception:
+            pass
+        draw._ladder_wrapped = True
+        setattr(owner, name, draw)
+
+
 def on_torch(torch) -> None:
     orig = torch.manual_seed
     for owner, attr, label in ((torch, "manual_seed", "torch.manual_seed"),
@@ -187,11 +260,13 @@ def on_torch(torch) -> None:
 def on_numpy(np) -> None:
     _wrap(np.random, "seed", "numpy.random.seed", 2 ** 32)
     _wrap(np.random, "default_rng", "numpy.random.default_rng", None)
+    _watch_draws(np.random, _NUMPY_DRAWS, "numpy.random.seed")
     _mark("numpy.random.seed")
 
 
 def on_random(random) -> None:
     _wrap(random, "seed", "random.seed", None)
+    _watch_draws(random, _RANDOM_DRAWS, "random.seed")
     _mark("random.seed")
 
 
@@ -257,4 +332,5 @@ def snapshot() -> dict:
             drew[label] = False
     return {"seed": {"mode": bool(core.opts.get("seed")), "offset": _offset(), "patched": _s["patched"],
                      "calls": _s["calls"], "values": _s["values"], "from_seed": _s["from_seed"],
-                     "flag": _s["flag"], "drew": drew}}
+                     "flag": _s["flag"], "drew": drew, "unseeded": _s["unseeded"],
+                     "global_draws": _s["global_draws"]}}
