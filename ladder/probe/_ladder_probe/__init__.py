@@ -16,6 +16,7 @@ Timestamps are epoch seconds (time.time()), the clock of the runner's log lines.
 from __future__ import annotations
 
 import atexit
+import functools
 import math
 import os
 import sys
@@ -65,6 +66,17 @@ def guard(where: str):
         return wrapped
 
     return deco
+
+
+def replace(owner, attr: str, new, original) -> None:
+    """Put the probe's `new` in place of `owner.attr` (`original`), with the original's name, docstring and
+    signature, marked so that it is never wrapped twice."""
+    try:
+        functools.update_wrapper(new, original)
+    except Exception:
+        pass
+    new._ladder_wrapped = True
+    setattr(owner, attr, new)
 
 
 def append(lst: list, item, cap: int = MAX_EVENTS) -> None:

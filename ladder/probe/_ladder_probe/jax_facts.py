@@ -496,12 +496,7 @@ def _wrap_transform(jax, attr: str, kind: str) -> None:
             core.record_error(f"{attr} wrapper", e)
             return original(fun, **kwargs)
 
-    try:
-        functools.update_wrapper(wrapper, original)
-    except Exception:
-        pass
-    wrapper._ladder_wrapped = True
-    setattr(jax, attr, wrapper)
+    core.replace(jax, attr, wrapper, original)
 
 
 def _wrap_pmap(jax) -> None:

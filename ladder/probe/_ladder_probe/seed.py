@@ -200,12 +200,7 @@ def _wrap(owner, attr: str, label: str, modulus: int | None) -> None:
         _mark(label)
         return out
 
-    try:
-        functools.update_wrapper(seeded, fn)
-    except Exception:
-        pass
-    seeded._ladder_wrapped = True
-    setattr(owner, attr, seeded)
+    core.replace(owner, attr, seeded, fn)
     _s["patched"].append(label)
 
 
@@ -237,12 +232,7 @@ def _watch_draws(owner, names: tuple, label: str) -> None:
                     core.record_error("global draw", e)
             return _fn(*args, **kwargs)
 
-        try:
-            functools.update_wrapper(draw, fn)
-        except Exception:
-            pass
-        draw._ladder_wrapped = True
-        setattr(owner, name, draw)
+        core.replace(owner, name, draw, fn)
 
 
 def on_torch(torch) -> None:
