@@ -215,6 +215,23 @@ def test_optimizer_change_is_diffed(runs, torch_python, reference, fault, expect
 
 
 @pytest.mark.slow
+def test_the_programs_own_optimizer_class_is_not_checked_unless_its_settings_differ(runs, torch_python,
+                                                                                     reference) -> None:
+    # round 14's dpclass/xla_adam_optimizer_subclass: torch's optimizer written out as the program's own
+    # Optimizer subclass with the reference's settings trains exactly as the reference (the update is the same
+    # rule), yet its class was read as another optimizer. Its step is code the probe does not read: not_checked,
+    # with the way to verify it, never "failed" for a name; a setting that differs still fails
+    same = runs(torch_python, "torch_train.py", "--own-optimizer", "same")
+    assert [round(p.loss, 4) for p in same.loss_curve] == [round(p.loss, 4) for p in reference.loss_curve]
+    c = l2(same, "cpu", reference)["optimizer_unchanged"]
+    assert c.status == "not_checked" and "the program's own class __main__.HandSGD" in c.evidence, c.evidence
+    assert "[parity]" in c.evidence, c.evidence
+    other = l2(runs(torch_python, "torch_train.py", "--own-optimizer", "momentum_0.5"), "cpu", reference)
+    c = other["optimizer_unchanged"]
+    assert c.status == "failed" and "momentum 0.9 -> 0.5" in c.evidence, c.evidence
+
+
+@pytest.mark.slow
 def test_a_clip_that_never_bound_is_noted_not_a_difference(runs, torch_python, reference) -> None:
     # the probe keeps the largest norm clip_grad_norm_ received over every step (gradient norms themselves are
     # thinned): a clip at 1000 never acts on this model's norms, one at 0.05 acts on every step

@@ -1006,17 +1006,19 @@ def _parity_report(ctx: CheckContext):  # noqa: ANN202 - ParityReport, imported 
     return compare_sides(Path(sides["reference"]), Path(sides["target"]), tol, sides["tolerance"])
 
 
-def _update_verified_by_parity(ctx: CheckContext) -> str | None:
-    """An update written by hand (no optimizer object for the probe to read) is verified when this port's parity
-    run passed with its parameters after K steps compared: the update rule, momentum, decay and clip of those
-    steps computed the reference's numbers. None when no passing parity run says so."""
+def _update_verified_by_parity(ctx: CheckContext,
+                               what: str = "no optimizer object in the run (an update written by hand)") -> str | None:
+    """An update written by hand (no optimizer object for the probe to read, or the program's own optimizer
+    class) is verified when this port's parity run passed with its parameters after K steps compared: the update
+    rule, momentum, decay and clip of those steps computed the reference's numbers. None when no passing parity
+    run says so."""
     report = _parity_report(ctx)
     if report is None:
         return None
     params = [r for r in report.rows if r.tensor.startswith("params/")]
     if report.problems or not report.passed or not params:
         return None
-    return (f"no optimizer object in the run (an update written by hand), verified at tensor level instead: "
+    return (f"{what}, verified at tensor level instead: "
             f"parity compared the {len(params)} parameters after its K steps with the reference's, all within "
             f"{report.tolerance} (the rate beyond those steps is not compared)")
 
@@ -1137,6 +1139,15 @@ def _windows_text(windows: list[list[int]]) -> str:
     return ", ".join(parts) + (f" and {len(windows) - 4} more windows" if len(windows) > 4 else "")
 
 
+def _own_class(run_opt: dict[str, Any], ref_opt: dict[str, Any]) -> str | None:
+    """The run's torch optimizer class where the program defines it (outside torch and its extensions) and the
+    reference's is torch's own; None otherwise."""
+    mine, theirs = str(run_opt.get("class") or ""), str(ref_opt.get("class") or "")
+    if run_opt.get("framework") != "torch" or not theirs.startswith("torch") or mine.startswith("torch"):
+        return None
+    return mine or None
+
+
 @register(L, "optimizer_unchanged")
 def optimizer_unchanged(ctx: CheckContext) -> CheckResult:
     name = "optimizer_unchanged"
@@ -1248,6 +1259,17 @@ def optimizer_unchanged(ctx: CheckContext) -> CheckResult:
     threshold = {"class": theirs[0].get("class"), "groups": len(theirs[0].get("param_groups") or []),
                  "clip": theirs[0].get("clip"), "ignore": ignore}
     details = {"run": mine[0], "baseline": theirs[0], "diff": diffs, "clip_by_hand": notes or None}
+    own = _own_class(mine[0], theirs[0])
+    if own and diffs and all(d.startswith("optimizer ") for d in diffs):
+        # the program's own Optimizer subclass with the reference's settings: what its step computes is its code's
+        what = (f"the run's optimizer is the program's own class {own} (an update written by hand) with the "
+                f"reference's settings for every tensor")
+        verified = _update_verified_by_parity(ctx, what)
+        if verified:
+            return _result(name, True, measured, threshold, verified, {**details, "verified_by": "parity"})
+        return not_checked(L, name, f"{what}; whether its step computes {theirs[0].get('name')}'s update is not "
+                                    "read by the probe: a [parity] table verifies it at tensor level (the parameters "
+                                    "after K steps)")
     if diffs:
         return _result(name, False, measured, threshold, "the optimisation changed: " + "; ".join(diffs), details)
     return _result(name, True, measured, threshold,
