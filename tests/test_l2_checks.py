@@ -215,20 +215,47 @@ def test_optimizer_change_is_diffed(runs, torch_python, reference, fault, expect
 
 
 @pytest.mark.slow
-def test_the_programs_own_optimizer_class_is_not_checked_unless_its_settings_differ(runs, torch_python,
-                                                                                     reference) -> None:
+def test_the_programs_own_optimizer_class_is_judged_by_its_update(runs, torch_python, reference) -> None:
     # round 14's dpclass/xla_adam_optimizer_subclass: torch's optimizer written out as the program's own
-    # Optimizer subclass with the reference's settings trains exactly as the reference (the update is the same
-    # rule), yet its class was read as another optimizer. Its step is code the probe does not read: not_checked,
-    # with the way to verify it, never "failed" for a name; a setting that differs still fails
+    # Optimizer subclass with the reference's settings trains exactly as the reference, yet its class was read
+    # as another optimizer. Its update, replayed, is the reference's: passed. Without the probe's update samples
+    # (an older report) its step is code nothing reads: not_checked, with the way to verify it, never "failed"
+    # for a name. A setting that differs still fails
     same = runs(torch_python, "torch_train.py", "--own-optimizer", "same")
     assert [round(p.loss, 4) for p in same.loss_curve] == [round(p.loss, 4) for p in reference.loss_curve]
     c = l2(same, "cpu", reference)["optimizer_unchanged"]
+    assert c.status == "passed" and "optimizer sgd -> handsgd" in c.evidence, c.evidence
+    assert "but the update is the reference's SGD" in c.evidence, c.evidence
+    unsampled = same.model_copy(update={"probe": {**same.probe, "update_samples": None}})
+    c = l2(unsampled, "cpu", reference)["optimizer_unchanged"]
     assert c.status == "not_checked" and "the program's own class __main__.HandSGD" in c.evidence, c.evidence
     assert "[parity]" in c.evidence, c.evidence
     other = l2(runs(torch_python, "torch_train.py", "--own-optimizer", "momentum_0.5"), "cpu", reference)
     c = other["optimizer_unchanged"]
     assert c.status == "failed" and "momentum 0.9 -> 0.5" in c.evidence, c.evidence
+
+
+@pytest.mark.slow
+@pytest.mark.xla
+def test_a_decay_written_out_without_a_clip_is_told_by_replaying_the_update(runs, torch_python, xla_python) -> None:
+    # round 14's regress/benign_xla_decay_in_grads: SGD(weight_decay=0) and 0.01 x the parameters added to the
+    # gradients by hand, no clip (round 12's rule needs a clip's norm). The probe samples the parameters and the
+    # gradients as the backward left them; the reference's SGD(weight_decay=0.01) replayed on them reproduces the
+    # run's updates. A decay of 0.02 written out does not, and stays a difference. On XLA the samples leave the
+    # step's graph alone
+    ref = runs(torch_python, "torch_train.py", "--fault", "weight_decay")
+    for python, platform, extra in ((torch_python, "cpu", ()), (xla_python, "xla", ("--device", "xla"))):
+        by_hand = runs(python, "torch_train.py", "--decay-by-hand", *extra)
+        samples = by_hand.probe["update_samples"]
+        assert samples["function"] == "torch optimizer.step" and samples["windows"][0]["steps"] == [1, 2, 3, 4, 5, 6]
+        checks = l2(by_hand, platform, ref)
+        c = checks["optimizer_unchanged"]
+        assert c.status == "passed" and "weight_decay 0.01 -> None" in c.evidence, c.evidence
+        assert "the update is the reference's SGD" in c.evidence, c.evidence
+        if platform == "xla":
+            assert checks["recompilation"].status == "passed", checks["recompilation"].evidence
+        wrong = l2(runs(python, "torch_train.py", "--decay-by-hand", "0.02", *extra), platform, ref)
+        assert wrong["optimizer_unchanged"].status == "failed", wrong["optimizer_unchanged"].evidence
 
 
 @pytest.mark.slow

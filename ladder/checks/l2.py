@@ -1139,6 +1139,31 @@ def _windows_text(windows: list[list[int]]) -> str:
     return ", ".join(parts) + (f" and {len(windows) - 4} more windows" if len(windows) > 4 else "")
 
 
+def update_replayed(probe: dict[str, Any] | None, ref_opt: dict[str, Any], ignore: list[str],
+                    diffs: list[str]) -> str | None:
+    """Where a torch run's optimizer is configured otherwise than the reference's (`diffs`): is its update, with
+    what the program does by hand between the backward pass and optimizer.step (a decay added to the gradient,
+    the parameters decayed, a clip), the reference's? The probe samples the parameters and the gradients as the
+    backward left them over the optimizer's first steps (ladder/probe/_ladder_probe/torch_facts.py); the
+    reference's optimizer is replayed on them (ladder.checks.replay) and must reproduce every sampled tensor's
+    updates to float32 rounding with the reference's own settings. A clip difference is explained only where the
+    reference's clip bound in the replayed steps. The note that says so, or None."""
+    samples = (probe or {}).get("update_samples")
+    if not samples or samples.get("function") != "torch optimizer.step":
+        return None
+    rep = replay(samples, ref_opt)
+    if rep.record is None or rep.diffs or optimizer_diff(rep.record, ref_opt, ignore):
+        return None
+    if any(d.startswith(CLIP_DIFF) for d in diffs) and any("never bound" in n for n in rep.notes):
+        return None
+    m = rep.measured
+    return (f"configured otherwise ({'; '.join(diffs)}), but the update is the reference's "
+            f"{ref_opt.get('name')}: replayed on the run's own gradients and parameters at steps "
+            f"{_windows_text(m['windows'])} (as the backward pass left them, before what the program does by hand), "
+            f"{m['sampled_tensors']} tensors, worst fit {m['worst_fit_score']:g} (at most {m['fit_score_max']:g}x "
+            "float32 rounding): the difference is written out by hand")
+
+
 def _own_class(run_opt: dict[str, Any], ref_opt: dict[str, Any]) -> str | None:
     """The run's torch optimizer class where the program defines it (outside torch and its extensions) and the
     reference's is torch's own; None otherwise."""
@@ -1220,6 +1245,11 @@ def optimizer_unchanged(ctx: CheckContext) -> CheckResult:
         covered = clip_coverage_difference(probe, mine[0], ref.probe, theirs[0], ctx.protocol.l2.clip_coverage_tol)
         if covered:
             diffs.append(covered)
+    if diffs and mine[0].get("framework") == "torch":
+        explained = update_replayed(probe, theirs[0], ignore, diffs)
+        if explained:
+            notes.append(explained)
+            diffs = []
     lr_diff, lr_why = lr_difference(mine[0], theirs[0], int(probe.get("optimizer_steps") or 0),
                                     int(ref.probe.get("optimizer_steps") or 0), ctx.protocol.l2.lr_rel_tol,
                                     ctx.protocol.l2.lr_steps_share)

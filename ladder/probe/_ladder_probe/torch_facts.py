@@ -37,6 +37,7 @@ def reset() -> None:
               zeroed=True, grad_ref=None, schedule_first=[],
               clip_cover={"calls": 0, "min_elements": None, "max_elements": None, "first_empty": None},
               gn_interval=None, gn_t=None, gn_timed=False, xla_live=None, modules_seen=[],
+              upd_pending=None, upd_window=[], upd_io=None, upd_live=None,
               dynamo={"recompiles": [], "graph_breaks": [], "recompile_limit": [], "counters": {}})
 
 
@@ -241,7 +242,7 @@ def _wrap_backward(autograd) -> None:
         if orig is None or getattr(orig, "_ladder_wrapped", False):
             continue
 
-        def make(orig):
+        def make(orig, name=name):
             @functools.wraps(orig)
             def wrapper(*a, **k):
                 clock = core.clock
@@ -251,14 +252,95 @@ def _wrap_backward(autograd) -> None:
                     clock.tick("torch backward")
                 _tls.backward = depth + 1  # a backward inside a backward (reentrant checkpointing) is one step
                 try:
-                    return orig(*a, **k)
+                    out = orig(*a, **k)
                 finally:
                     _tls.backward = depth
+                if name == "backward" and not depth and not clock.eval and not core.is_quiet() and not _compiling():
+                    _sample_update_io()
+                return out
 
             wrapper._ladder_wrapped = True
             return wrapper
 
         setattr(autograd, name, make(orig))
+
+
+# ---------------------------------------------------------------- update samples (the update replayed)
+
+# After each backward pass, the first elements of each parameter and of its gradient as the backward left it,
+# before anything the program does by hand between the backward and optimizer.step (a decay added to the
+# gradient, a clip, the parameters decayed): for the optimizer's first _UPD_WINDOW steps, the samples of the
+# last backward before each step. ladder.checks.replay replays the reference's optimizer on them, so that an
+# optimizer configured otherwise whose update, with what the program does by hand, is the reference's is
+# told from one whose update differs. On XLA the samples are computed at every step and kept alive through its
+# mark_step (the graph must not change when the window ends); elsewhere only in the window.
+_UPD_ELEMENTS = 16
+_UPD_LEAVES = 256
+_UPD_WINDOW = 6
+
+
+def _sample_update_io() -> None:
+    try:
+        if len(_s["upd_window"]) >= _UPD_WINDOW and _s["upd_live"] is None:
+            return  # the window is full and nothing must be kept alive (not XLA)
+        root = _s["root"]() if _s["root"] is not None else None
+        if root is None or len(_s["optimizers"]) > 1:
+            return
+        torch = sys.modules["torch"]
+        named = [(n, q) for n, q in root.named_parameters() if q.grad is not None and not q.grad.is_sparse
+                 and q.dtype.is_floating_point][:_UPD_LEAVES]
+        if not named:
+            return
+        dev = named[0][1].device
+        if any(q.device != dev or q.grad.device != dev for _, q in named):
+            return
+        with torch.no_grad():
+            ps = torch.cat([q.detach().reshape(-1)[:_UPD_ELEMENTS].float() for _, q in named])
+            gs = torch.cat([q.grad.detach().reshape(-1)[:_UPD_ELEMENTS].float() for _, q in named])
+        if _s["upd_io"] is None:
+            _s["upd_io"] = {"paths": [n for n, _ in named], "shapes": [list(q.shape) for _, q in named],
+                            "sizes": [min(_UPD_ELEMENTS, q.numel()) for _, q in named], "leaves": len(named)}
+        elif _s["upd_io"]["leaves"] != len(named):
+            return
+        _s["upd_pending"] = (ps, gs)
+        if dev.type == "xla":
+            _s["upd_live"] = (ps, gs)  # alive through this step's mark_step at every step: one graph
+    except Exception as e:
+        core.record_error("update samples", e)
+
+
+def _keep_update_io(step: int) -> None:
+    """At optimizer.step: the samples of the last backward belong to this step (with the clip's norm where the
+    program clipped this step, for the replay's clip)."""
+    pending, _s["upd_pending"] = _s["upd_pending"], None
+    if pending is None or len(_s["upd_window"]) >= _UPD_WINDOW:
+        return
+    clip = _s["clip"]
+    norm = clip["norm"] if clip is not None and clip["step"] == step - 1 else None
+    _s["upd_window"].append((step, pending, norm))
+
+
+def _update_samples() -> dict | None:
+    io, w = _s["upd_io"], _s["upd_window"]
+    if io is None or len(w) < 2:
+        return None
+    first = w[0][0]
+    params, grads, gnorm = [], [], []
+    with core.quiet():
+        for _, (ps, gs), norm in w:
+            for flat, out in ((ps, params), (gs, grads)):
+                vals, rows, i = flat.detach().cpu().tolist(), [], 0
+                for n in io["sizes"]:
+                    rows.append(vals[i:i + n])
+                    i += n
+                out.append(rows)
+            v = float(norm.detach().float().cpu()) if norm is not None and hasattr(norm, "detach") else math.nan
+            gnorm.append(v if math.isfinite(v) else None)
+    steps = [s - first + 1 for s, _, _ in w]  # the optimizer's own steps, from 1
+    return {"function": "torch optimizer.step", "paths": io["paths"], "shapes": io["shapes"],
+            "leaves": io["leaves"], "elements": _UPD_ELEMENTS, "per_device": False,
+            "windows": [{"steps": steps, "params": params, "grads": grads,
+                         "gnorm": [math.nan if v is None else v for v in gnorm]}]}
 
 
 # ---------------------------------------------------------------- evaluation windows
@@ -458,6 +540,8 @@ def _optimizer_pre_hook(optimizer, args, kwargs):
         if _grad_norms_on() and core.grad_norms.owner in (None, id(optimizer)):
             _grad_norm(optimizer, step)
         _note_stale_grad(optimizer, step)
+        if core.grad_norms.owner in (None, id(optimizer)):
+            _keep_update_io(step)
         every = int(core.opts.get("sample_every", 50))
         if every > 0 and step % every == 0:
             _arm_forward_hook()
@@ -939,4 +1023,10 @@ def snapshot() -> dict:
         out["nonfinite_params"] = _nonfinite_params()
     except Exception as e:
         core.record_error("param check", e)
+    try:
+        samples = _update_samples()
+        if samples is not None:
+            out["update_samples"] = samples
+    except Exception as e:
+        core.record_error("update samples", e)
     return out
