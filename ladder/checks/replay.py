@@ -3,7 +3,10 @@
 A JAX port that writes its update by hand (no optax) shows the probe no optimizer. The probe samples instead,
 for a few windows of consecutive training steps, the first elements of each parameter and gradient leaf the
 step's `jax.grad` saw, and the gradient's global norm (`update_samples`). Consecutive steps give each update
-(the next step's parameters minus this step's). This module replays the reference's torch optimizer (SGD or
+(the next step's parameters minus this step's). The torch probe samples the same way over a torch optimizer's
+first steps, after each backward pass (before what the program does by hand ahead of optimizer.step), so that
+an optimizer configured otherwise whose update is the reference's can be told (`ladder.checks.l2.update_replayed`).
+This module replays the reference's torch optimizer (SGD or
 Adam/AdamW, per parameter group, with its clip and its learning rate at each step) on those gradients and
 parameters, in float64, and compares:
 
