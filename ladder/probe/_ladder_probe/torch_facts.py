@@ -284,7 +284,7 @@ def _sample_update_io() -> None:
         if len(_s["upd_window"]) >= _UPD_WINDOW and _s["upd_live"] is None:
             return  # the window is full and nothing must be kept alive (not XLA)
         root = _s["root"]() if _s["root"] is not None else None
-        if root is None or len(_s["optimizers"]) > 1:
+        if root is None:
             return
         torch = sys.modules["torch"]
         named = [(n, q) for n, q in root.named_parameters() if q.grad is not None and not q.grad.is_sparse
@@ -425,6 +425,16 @@ def _arm_forward_hook() -> None:
     _s["fwd_handle"] = mm.register_module_forward_pre_hook(_forward_pre_hook)
 
 
+def _root_died(ref) -> None:
+    """The model was freed (built anew: a checkpoint resumed into a new model): the next forward call names the
+    new one, before its backward pass samples it (on XLA a step without the samples would build another graph)."""
+    try:
+        if _s.get("root") is ref:
+            _arm_forward_hook()
+    except Exception as e:  # never into the program
+        core.record_error("root model", e)
+
+
 def _forward_pre_hook(module, args):
     # Installed only while sampling: with no global hook, Module.__call__ keeps its fast path.
     try:
@@ -444,7 +454,7 @@ def _forward_pre_hook(module, args):
         dead = _s["root"] is not None and _s["root"]() is None  # the model was built anew (a checkpoint resumed)
         if n > _s["root_params"] or (dead and n >= _s["root_params"]):
             # the outermost module: the one whose parameters are named for the report
-            _s["root"], _s["root_params"] = weakref.ref(module), n
+            _s["root"], _s["root_params"] = weakref.ref(module, _root_died), n
         idev = _s["input_devices"]
         for a in args[:8] if isinstance(args, tuple) else ():
             d = getattr(getattr(a, "device", None), "type", None)
