@@ -121,8 +121,8 @@ def entropy_draws(probe: dict[str, Any] | None) -> dict[str, str]:
             out.setdefault(label, f"it draws from {what.get(label, label)} and never seeds it ({d.get('first', '?')} "
                                   f"at {d.get('site', '?')}, {d.get('calls', 1)} call(s))")
         for label, u in (s.get("unseeded") or {}).items():
-            out.setdefault(f"{label}()", f"{label.replace('.seed', '.seed()').replace('default_rng', 'default_rng()')}"
-                                         f" with no seed at {u.get('site', '?')} ({u.get('calls', 1)} call(s))")
+            out.setdefault(f"{label}()",
+                           f"{label}() with no seed at {u.get('site', '?')} ({u.get('calls', 1)} call(s))")
     return out
 
 
@@ -173,8 +173,8 @@ the probe followed from the seed option through arithmetic, as in PRNGKey(seed +
             return (f"the reference seeds {', '.join(missing)} and the run never does (it seeds "
                     f"{', '.join(sorted(values)) or 'nothing'}): what those generators draw (initial weights, data "
                     "order) no seed controls"), values
-    fresh = {label: why for label, why in entropy_draws(run.probe).items()
-             if label not in _may_draw_unseeded(ref.probe if ref is not None else None)}
+    theirs_unseeded = _may_draw_unseeded(ref.probe if ref is not None else None)
+    fresh = {label: why for label, why in entropy_draws(run.probe).items() if label not in theirs_unseeded}
     if fresh:
         return (f"the run draws random numbers no seed controls, where the reference does not: "
                 f"{'; '.join(fresh.values())}. What they decide (the data order, a noise sample) is new OS entropy "

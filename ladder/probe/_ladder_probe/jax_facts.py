@@ -11,8 +11,8 @@ step (a tuple of scalars), so they are recorded without a host callback inside t
 second trace: the step compiles exactly as often as without the probe. Values stay on the device until
 exit. Ahead-of-time use (`jax.jit(f).lower(...).compile()`) is followed through its stages: the executable
 compiled from the wrapped function, called, counts as a call of it (a step compiled before the loop is
-measured as one jitted in it). A function whose update is traced under a nested transformation (shard_map, scan, vmap) counts
-steps but cannot hand its norms out; the report says so.
+measured as one jitted in it). A function whose update is traced under a nested transformation (shard_map,
+scan, vmap) counts steps but cannot hand its norms out; the report says so.
 
 Random draws: the key-consuming jax.random functions are wrapped. A draw traced in the training step hands
 its key data out beside the norms (kept for the first few calls), so the report can say whether each call

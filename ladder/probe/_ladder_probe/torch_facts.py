@@ -277,12 +277,14 @@ def _wrap_backward(autograd) -> None:
 _UPD_ELEMENTS = 16
 _UPD_LEAVES = 256
 _UPD_WINDOW = 6
+_UPD_GIVE_UP = 64  # backward passes with no optimizer step yet: an update written by hand, nothing to sample for
 
 
 def _sample_update_io() -> None:
     try:
-        if len(_s["upd_window"]) >= _UPD_WINDOW and _s["upd_live"] is None:
-            return  # the window is full and nothing must be kept alive (not XLA)
+        if _s["upd_live"] is None and (len(_s["upd_window"]) >= _UPD_WINDOW or (
+                not _s["optimizers"] and core.clock.step > _UPD_GIVE_UP)):
+            return  # the window is full, or no optimizer steps, and nothing must be kept alive (not XLA)
         root = _s["root"]() if _s["root"] is not None else None
         if root is None:
             return
@@ -335,12 +337,11 @@ def _update_samples() -> dict | None:
                     i += n
                 out.append(rows)
             v = float(norm.detach().float().cpu()) if norm is not None and hasattr(norm, "detach") else math.nan
-            gnorm.append(v if math.isfinite(v) else None)
+            gnorm.append(v if math.isfinite(v) else math.nan)  # NaN: no clip norm this step (the replay clips nothing)
     steps = [s - first + 1 for s, _, _ in w]  # the optimizer's own steps, from 1
     return {"function": "torch optimizer.step", "paths": io["paths"], "shapes": io["shapes"],
             "leaves": io["leaves"], "elements": _UPD_ELEMENTS, "per_device": False,
-            "windows": [{"steps": steps, "params": params, "grads": grads,
-                         "gnorm": [math.nan if v is None else v for v in gnorm]}]}
+            "windows": [{"steps": steps, "params": params, "grads": grads, "gnorm": gnorm}]}
 
 
 # ---------------------------------------------------------------- evaluation windows
