@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import tempfile
 import threading
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -418,8 +419,12 @@ def _messages_api(edit_input: dict[str, Any], declaration: dict[str, Any]) -> Th
 @pytest.mark.slow
 @pytest.mark.skipif(not BUNDLED_CLI.exists(), reason="claude-agent-sdk without its bundled Claude Code CLI")
 @pytest.mark.parametrize("target", ["train.py", "ladder.toml"])
-def test_real_cli_session_with_our_options(worktree: Path, tmp_path: Path, target: str) -> None:
-    """The options really drive the CLI: tools, dontAsk, the PreToolUse hook, the JSON schema."""
+def test_real_cli_session_with_our_options(worktree: Path, tmp_path: Path, target: str, monkeypatch) -> None:
+    """The options really drive the CLI: tools, dontAsk, the PreToolUse hook, the JSON schema; the launcher's
+    session folder goes with the session."""
+    sessions = tmp_path / "sessions"
+    sessions.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(sessions))
     path = worktree / target
     before = path.read_text()
     edit = {**EDIT, "file_path": str(path)} if target == "train.py" else {
@@ -438,6 +443,7 @@ def test_real_cli_session_with_our_options(worktree: Path, tmp_path: Path, targe
         server.server_close()
 
     assert result.error is None and result.declared_level == "L1"
+    assert not [p for p in sessions.iterdir() if p.name.startswith("ladder-agent-")]
     assert result.input_tokens and result.output_tokens and result.cost_usd and result.cost_usd > 0
     if target == "train.py":
         assert "+device = xm.xla_device()" in _git_diff(worktree)

@@ -389,9 +389,13 @@ def test_a_hostile_agent_cannot_rewrite_the_evidence(tmp_path, baselines, sandbo
         'files = { "train.py" = "files/faithful.py" }\ncommands = [\n'
         + "".join(f"  {json.dumps(c)},\n" for c in commands) + "]\n")
     before = (ws / "ladder.toml").read_text()
-    env = {**GIT_ID, "GITHUB_TOKEN": "ghp_supersecret"}
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {**GIT_ID, "GITHUB_TOKEN": "ghp_supersecret", "TMPDIR": str(tmp)}
     st = cli_json("supervise", "--agent", "scripted:migrations/hostile.toml", "--seeds", "3", cwd=ws, env=env,
                   ok_codes=(0, 1, 2))
+    # each command's session folder (and, unsandboxed, its private HOME) went with the command
+    assert not [p.name for p in tmp.iterdir() if p.name.startswith(("ladder-scripted-", "ladder-agent-home-"))]
     j = journal(ws)
     a1 = j.last("attempt", attempt=1).content
     wt_files = {p.name: p.read_text() for p in Path(_worktree(ws, 1)).iterdir() if p.suffix == ".txt"}

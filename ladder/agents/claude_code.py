@@ -21,6 +21,7 @@ import asyncio
 import concurrent.futures
 import json
 import re
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -247,6 +248,15 @@ class ClaudeCodeAgent:
 
     async def _session(self, ctx: AttemptContext) -> AgentResult:
         options = self.options(ctx)
+        # The launcher's session folder (its config, script and private HOME) goes with the session.
+        session = None if self.transport is not None else Path(options.cli_path).parent
+        try:
+            return await self._query(ctx, options)
+        finally:
+            if session is not None:
+                shutil.rmtree(session, ignore_errors=True)
+
+    async def _query(self, ctx: AttemptContext, options: ClaudeAgentOptions) -> AgentResult:
         transport = self.transport(options) if callable(self.transport) and not isinstance(
             self.transport, Transport) else self.transport
         result: ResultMessage | None = None

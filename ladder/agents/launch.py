@@ -55,12 +55,14 @@ def write_launcher(directory: Path, config: dict) -> Path:
 
 def sandboxed_command(config: dict, command: list[str]) -> tuple[list[str], dict[str, str]]:
     """(argv, env) that run a command the way the agent's CLI runs: scrubbed env, private HOME, sandbox."""
-    home = config.get("home") or tempfile.mkdtemp(prefix="ladder-agent-home-")
+    bwrap = config.get("sandbox") == "bwrap"
+    if bwrap:
+        from ladder.runs.runner.sandbox import PRIVATE_HOME, Sandbox, bwrap_argv
+    # Under bubblewrap HOME is the sandbox's own empty tmpfs: no folder on the host to leave behind.
+    home = config.get("home") or (PRIVATE_HOME if bwrap else tempfile.mkdtemp(prefix="ladder-agent-home-"))
     env = agent_env(dict(os.environ), home)
     cmd = list(command)
-    if config.get("sandbox") == "bwrap":
-        from ladder.runs.runner.sandbox import Sandbox, bwrap_argv
-
+    if bwrap:
         box = Sandbox("bwrap", tuple(Path(p) for p in config.get("read_only", [])),
                       tuple(Path(p) for p in config.get("writable", [])))
         cmd = bwrap_argv(box, Path(config["cwd"]), env) + cmd

@@ -112,10 +112,10 @@ class ScriptedAgent:
 
         from ladder.agents.launch import agent_config, sandboxed_command
 
-        session = Path(tempfile.mkdtemp(prefix=f"ladder-scripted-{ctx.attempt}-"))
-        cfg = agent_config(ctx, "/bin/sh", self.sandbox, session)
-        argv, env = sandboxed_command(cfg, shlex.split(command))
-        p = subprocess.run(argv, cwd=ctx.worktree, env=env, capture_output=True, text=True, timeout=300)
+        with tempfile.TemporaryDirectory(prefix=f"ladder-scripted-{ctx.attempt}-") as session:
+            cfg = agent_config(ctx, "/bin/sh", self.sandbox, Path(session))
+            argv, env = sandboxed_command(cfg, shlex.split(command))
+            p = subprocess.run(argv, cwd=ctx.worktree, env=env, capture_output=True, text=True, timeout=300)
         return command, p.returncode, (p.stdout + p.stderr)[-4000:]
 
     def as_dict(self) -> dict[str, Any]:
