@@ -95,7 +95,11 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=400)
     ap.add_argument("--hidden", type=int, default=128)
     a = ap.parse_args()
-    tmp = Path(tempfile.mkdtemp(prefix="probe-bench-"))
+    with tempfile.TemporaryDirectory(prefix="probe-bench-") as tmp:
+        _bench(a, Path(tmp))
+
+
+def _bench(a: argparse.Namespace, tmp: Path) -> None:
     ratios, bare_steps, probed_steps, start_bare, start_probed = [], [], [], [], []
     for r in range(a.repeats):
         order = (False, True) if r % 2 == 0 else (True, False)

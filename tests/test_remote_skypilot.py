@@ -6,7 +6,9 @@ at its published on-demand price)."""
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -17,7 +19,9 @@ from sshd import free_port, workspace
 
 # Set before SkyPilot is imported: it reads them once per process (its runtime directory, where it caches its
 # catalog; the port of "the local API server", which the stand-in takes; no usage pings from tests).
-os.environ.setdefault("SKY_RUNTIME_DIR", tempfile.mkdtemp(prefix="ladder-sky-"))
+if "SKY_RUNTIME_DIR" not in os.environ:
+    os.environ["SKY_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="ladder-sky-")
+    atexit.register(shutil.rmtree, os.environ["SKY_RUNTIME_DIR"], True)
 os.environ.setdefault("SKYPILOT_API_SERVER_LOCAL_PORT", str(free_port()))
 os.environ["SKYPILOT_DISABLE_USAGE_COLLECTION"] = "1"
 sky = pytest.importorskip("sky", reason="SkyPilot is not installed (pip install 'ladder[skypilot]')")
