@@ -1,0 +1,1 @@
+../jax_nnx_split_merge/parity_adapter.py

@@ -1,0 +1,1 @@
+../jax_nnx_split_donate/parity_adapter.py
