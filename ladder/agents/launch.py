@@ -22,7 +22,6 @@ import os
 import re
 import shlex
 import sys
-import tempfile
 from pathlib import Path
 
 # What the CLI needs: its credentials and settings, locale, proxies without credentials, CA bundles.
@@ -55,14 +54,11 @@ def write_launcher(directory: Path, config: dict) -> Path:
 
 def sandboxed_command(config: dict, command: list[str]) -> tuple[list[str], dict[str, str]]:
     """(argv, env) that run a command the way the agent's CLI runs: scrubbed env, private HOME, sandbox."""
-    bwrap = config.get("sandbox") == "bwrap"
-    if bwrap:
-        from ladder.runs.runner.sandbox import PRIVATE_HOME, Sandbox, bwrap_argv
-    # Under bubblewrap HOME is the sandbox's own empty tmpfs: no folder on the host to leave behind.
-    home = config.get("home") or (PRIVATE_HOME if bwrap else tempfile.mkdtemp(prefix="ladder-agent-home-"))
-    env = agent_env(dict(os.environ), home)
+    env = agent_env(dict(os.environ), config["home"])
     cmd = list(command)
-    if bwrap:
+    if config.get("sandbox") == "bwrap":
+        from ladder.runs.runner.sandbox import Sandbox, bwrap_argv
+
         box = Sandbox("bwrap", tuple(Path(p) for p in config.get("read_only", [])),
                       tuple(Path(p) for p in config.get("writable", [])))
         cmd = bwrap_argv(box, Path(config["cwd"]), env) + cmd
@@ -71,12 +67,13 @@ def sandboxed_command(config: dict, command: list[str]) -> tuple[list[str], dict
 
 def agent_config(ctx, cli: str, sandbox_choice: str, session: Path) -> dict:  # ctx: AttemptContext
     """The sandbox of one agent session: its worktree writable; environments, git history, feedback read-only."""
-    from ladder.runs.runner.sandbox import resolve
+    from ladder.runs.runner.sandbox import PRIVATE_HOME, resolve
 
     kind, _ = resolve(sandbox_choice)
     read_only = [Path(cli).parent, *ctx.read_only] + ([ctx.feedback_dir] if ctx.feedback_dir else [])
     return {"cli": cli, "sandbox": kind, "cwd": str(ctx.worktree), "read_only": [str(p) for p in read_only],
-            "writable": [str(ctx.worktree)], "home": None if kind == "bwrap" else str(session / "home")}
+            # under bubblewrap HOME is the sandbox's own empty tmpfs: no folder on the host to leave behind
+            "writable": [str(ctx.worktree)], "home": PRIVATE_HOME if kind == "bwrap" else str(session / "home")}
 
 
 def main(argv: list[str]) -> None:
