@@ -59,6 +59,30 @@ def test_xla_graphs_compile_counts_and_output_are_unchanged_by_the_probe(tmp_pat
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("device,mode", [("cpu", "module"), ("cpu", "method"),
+                                         pytest.param("xla", "module", marks=pytest.mark.xla)])
+def test_a_torch_compiled_model_runs_and_compiles_the_same_under_the_probe(tmp_path, device, mode, request) -> None:
+    # torch.compile(model) (nanoGPT's habit) and model.compile(): dynamo traces the probe's global forward hook
+    # with the model. Round 15 of the corpus found the hook crashing every such run (torch_xla 2.9, openxla), and
+    # removing it after sampling recompiled the program's graph (its guard counts global hooks).
+    python = request.getfixturevalue("xla_python") if device == "xla" else sys.executable
+    args = [str(FIX / "xla_graphs.py"), "--device", device, "--compile", mode]
+    bare = _run(python, args, tmp_path / "bare", probe=False)
+    probed = _run(python, args, tmp_path / "probed")
+    assert probed.stdout == bare.stdout  # the losses, XLA's compile counts and dynamo's frame and graph counts
+    assert probed.stderr == bare.stderr  # torch's warning about global hooks under torch.compile is not raised
+    assert "dynamo frames {'total': 2" in bare.stdout.splitlines()[-1]  # training and evaluation: really compiled
+    merged = merge_reports(tmp_path / "probed" / "probe")
+    assert merged["errors"] == []
+    torch_facts = merged["processes"][0]["torch"]
+    assert torch_facts["modules"] == ["Net"]  # the model, not the compiled wrapper nor the backend's graph modules
+    assert set(torch_facts["param_devices"]) == {device}
+    assert merged["optimizer_steps"] == 60 and merged["optimizers"][0]["name"] == "AdamW"
+    windows = merged["processes"][0]["eval_windows"]
+    assert [(w["batches"], w["items"]) for w in windows] == [(4, 256)] * 3  # each batch counted once
+
+
+@pytest.mark.slow
 @pytest.mark.jax
 @pytest.mark.parametrize("mode", ["chain", "multi", "pmap"])
 def test_jax_graphs_compile_counts_and_output_are_unchanged_by_the_probe(tmp_path, jax_python, mode) -> None:

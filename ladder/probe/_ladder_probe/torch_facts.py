@@ -31,7 +31,7 @@ _tls = threading.local()
 def reset() -> None:
     _s.clear()
     _s.update(forward_samples=0, param_devices={}, param_dtypes={}, autocast={}, input_devices={}, first_seen={},
-              modules=[], fwd_handle=None, fwd_left=0, root=None, root_params=0, optimizers={}, eval_windows=[],
+              modules=[], fwd_handle=None, fwd_left=0, pinned=False, root=None, root_params=0, optimizers={}, eval_windows=[],
               window=None, steps_in_eval={"steps": 0, "first": None, "module": None}, clip=None, scaler_steps=0,
               scaler_skipped=0, gn_cost=None, gn_recent=[], stale={"steps": 0, "judged": 0, "first": None},
               zeroed=True, grad_ref=None, schedule_first=[],
@@ -42,6 +42,9 @@ def reset() -> None:
 
 
 reset()
+
+
+_IS_COMPILING = [lambda: False]  # torch.compiler.is_compiling once torch loads: called bare, dynamo folds it
 
 
 def _compiling() -> bool:
@@ -59,6 +62,9 @@ def on_torch(torch) -> None:
     import atexit
 
     core.framework("torch", str(getattr(torch, "__version__", "?")))
+    compiler = getattr(torch, "compiler", None)
+    if callable(getattr(compiler, "is_compiling", None)):
+        _IS_COMPILING[0] = compiler.is_compiling
     from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
     register_optimizer_step_pre_hook(_optimizer_pre_hook)
@@ -70,6 +76,7 @@ def on_torch(torch) -> None:
     _wrap_host_copies(torch)
     _wrap_scheduler(torch)
     _wrap_train(torch.nn.Module)
+    _wrap_compile(torch)
     for cls in (torch.optim.Optimizer, torch.nn.Module):
         _wrap_zero_grad(cls)
     _wrap_backward(torch.autograd)
@@ -403,8 +410,12 @@ def _close_window() -> None:
 
 
 def _eval_forward(module, args, kwargs):
+    if _IS_COMPILING[0]():  # a module inside a compiled one: its batches are not counted (no side effects traced)
+        return None
     w = _s["window"]
     if w is None:
+        return None
+    if w.pop("counted", False):
         return None
     w["batches"] += 1
     for a in list(args[:4]) + list(kwargs.values())[:4]:
@@ -419,11 +430,70 @@ def _eval_forward(module, args, kwargs):
 
 def _arm_forward_hook() -> None:
     if _s["fwd_handle"] is not None:
+        if _s["pinned"]:  # installed for good (torch.compile): arming is only the count
+            _s["fwd_left"] = max(_s["fwd_left"], int(core.opts.get("forward_calls_per_sample", 2)))
         return
     import torch.nn.modules.module as mm
 
     _s["fwd_left"] = int(core.opts.get("forward_calls_per_sample", 2))
     _s["fwd_handle"] = mm.register_module_forward_pre_hook(_forward_pre_hook)
+
+
+def _pin_forward_hook() -> None:
+    """torch.compile is in use: dynamo guards on the number of global forward hooks of every module it traces, so
+    removing or adding the probe's hook would recompile the program's graphs. From now on the hook stays installed
+    (it does nothing between samples, and nothing in a traced graph); installed now, before the first trace."""
+    if _s["pinned"]:
+        return
+    _s["pinned"] = True
+    import torch.nn.modules.module as mm
+
+    if _s["fwd_handle"] is None:
+        _s["fwd_left"] = 0
+        _s["fwd_handle"] = mm.register_module_forward_pre_hook(_forward_pre_hook)
+    orig = getattr(mm, "_has_any_global_hook", None)
+    if orig is not None and not getattr(orig, "_ladder_wrapped", False):
+        # torch warns at every call of a torch.compile(module) wrapper while any global hook is installed; the
+        # probe's is not the program's, so it does not count (torch reads this function for that warning only)
+        def _has_any_global_hook():
+            if not orig():
+                return False
+            h = _s["fwd_handle"]
+            pre = getattr(mm, "_global_forward_pre_hooks", {})
+            if h is None or list(pre) != [getattr(h, "id", None)]:
+                return True
+            saved = dict(pre)
+            pre.clear()
+            try:
+                return bool(orig())
+            finally:
+                pre.update(saved)
+
+        _has_any_global_hook._ladder_wrapped = True
+        mm._has_any_global_hook = _has_any_global_hook
+
+
+def _wrap_compile(torch) -> None:
+    """torch.compile and Module.compile pin the forward hook (above) before they return: compilation is lazy, so
+    every trace sees the hook that stays."""
+    def wrap(owner, name):
+        orig = getattr(owner, name, None)
+        if orig is None or getattr(orig, "_ladder_wrapped", False):
+            return
+
+        @functools.wraps(orig)
+        def compile_(*a, **k):
+            try:
+                _pin_forward_hook()
+            except Exception as e:  # never into the program
+                core.record_error("compile", e)
+            return orig(*a, **k)
+
+        compile_._ladder_wrapped = True
+        setattr(owner, name, compile_)
+
+    wrap(torch, "compile")
+    wrap(torch.nn.Module, "compile")
 
 
 def _root_died(ref) -> None:
@@ -438,7 +508,21 @@ def _root_died(ref) -> None:
 
 def _forward_pre_hook(module, args):
     # Installed only while sampling: with no global hook, Module.__call__ keeps its fast path.
+    if _IS_COMPILING[0]():
+        # Traced by dynamo inside a compiled module (torch.compile(model)): is_compiling() is a constant there, so
+        # the hook leaves no trace in the graph. The compiled wrapper's own call (eager) has already sampled it.
+        return None
+    w, inner = _s["window"], getattr(module, "_orig_mod", None)
+    if w is not None and inner is not None and w["ref"]() is inner:
+        # an evaluation batch through the compiled wrapper, counted here: the model's own hook may be traced (a no-op)
+        # or run eagerly (torch versions differ); run eagerly, it skips the batch counted here
+        w["counted"] = False
+        _eval_forward(inner, args, {})
+        w["counted"] = True
+    if _s["fwd_left"] <= 0 or (_s["pinned"] and type(module).__module__.startswith("torch.fx")):
+        return None  # pinned between samples, or a compiled backend's own graph module (not the program's)
     try:
+        module = getattr(module, "_orig_mod", module)  # name the compiled wrapper's model, as in the reference
         _s["forward_samples"] += 1
         pdev, pdt, first = _s["param_devices"], _s["param_dtypes"], _s["first_seen"]
         n = 0
@@ -470,7 +554,7 @@ def _forward_pre_hook(module, args):
         if core.opts.get("param_nonfinite") and len(_s["modules_seen"]) < 8:
             _s["modules_seen"].append(weakref.ref(module))
         _s["fwd_left"] -= 1
-        if _s["fwd_left"] <= 0 and _s["fwd_handle"] is not None:
+        if _s["fwd_left"] <= 0 and _s["fwd_handle"] is not None and not _s["pinned"]:
             _s["fwd_handle"].remove()
             _s["fwd_handle"] = None
     except Exception as e:
@@ -932,6 +1016,45 @@ def on_dynamo(dynamo) -> None:
     # Past config.recompile_limit dynamo stops compiling the function and runs it eagerly, with one
     # warning on this logger and no further recompile records: the probe keeps that warning.
     logging.getLogger("torch._dynamo.convert_frame").addHandler(_dynamo_handler("recompile_limit"))
+    _skip_probe_frames()
+
+
+def _skip_probe_frames() -> None:
+    """Dynamo must never compile the probe's own functions as frames of their own. Torch's modules are outside
+    dynamo's tracing on some versions, so a hook or wrapper they call inside a compiled region starts a frame that
+    dynamo would compile (and recompile on a guard, counted as the program's). Marked here as skipped frames only:
+    where dynamo inlines the call instead (other versions), it still does, and the hook's is_compiling() check
+    leaves nothing in the graph. Every code object of every probe module, nested ones included."""
+    try:
+        from torch._dynamo.eval_frame import skip_code
+    except Exception:  # a torch without it: nothing to do
+        return
+    seen = set()
+
+    def codes(code):
+        if id(code) in seen:
+            return
+        seen.add(id(code))
+        yield code
+        for c in code.co_consts:
+            if hasattr(c, "co_code"):
+                yield from codes(c)
+
+    for name, mod in list(sys.modules.items()):
+        if name != "_ladder_probe" and not name.startswith("_ladder_probe."):
+            continue
+        found = list(vars(mod).values())
+        found += [f for v in found if isinstance(v, type) for f in vars(v).values()]
+        for v in found:
+            code = getattr(v, "__code__", None)
+            if code is None:
+                continue
+            for c in codes(code):
+                try:
+                    skip_code(c)
+                except Exception as e:
+                    core.record_error("dynamo skip", e)
+                    return
 
 
 HOOKS["torch._dynamo"] = on_dynamo
