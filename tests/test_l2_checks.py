@@ -509,6 +509,22 @@ def test_clean_xla_run_passes_l2(runs, xla_python, reference) -> None:
 
 @pytest.mark.slow
 @pytest.mark.xla
+def test_batches_sent_to_the_device_as_bfloat16_are_a_numerics_failure(runs, xla_python, reference) -> None:
+    # round 15's regress/fault_xla_bf16_transfer: every batch sent as bfloat16 and upcast on the device; the model
+    # computes in float32 on rounded data, the curves stay within noise (missed 2/2 in its held-out run)
+    run = runs(xla_python, "torch_train.py", "--device", "xla", "--fault", "bf16_transfer")
+    c = l2(run, "xla", reference)["numerics"]
+    assert c.status == "failed", c.evidence
+    assert "data sent to the device in bfloat16 (80 transfers)" in c.evidence, c.evidence
+    assert "the reference's model receives float32" in c.evidence
+    clean = runs(xla_python, "torch_train.py", "--device", "xla")
+    # 40 steps x (x, y), and 2 evaluations x 5 batches x (x, y), all float32
+    assert clean.probe["processes"][0]["torch"]["h2d_dtypes"] == {"float32": 40 * 2 + 2 * 5 * 2}
+    assert l2(clean, "xla", reference)["numerics"].status == "passed"
+
+
+@pytest.mark.slow
+@pytest.mark.xla
 def test_xla_batch_shape_changing_every_step_recompiles(runs, xla_python, reference) -> None:
     run = runs(xla_python, "torch_train.py", "--device", "xla", "--fault", "shape")
     c = l2(run, "xla", reference)["recompilation"]

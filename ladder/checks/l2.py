@@ -342,6 +342,18 @@ FROZEN_MARGIN = 0.02  # ... and beyond the reference's share of judged steps by 
 HALF = ("bfloat16", "float16", "half")
 
 
+def _data_dtypes(probe: dict[str, Any] | None) -> tuple[dict[str, int], set[str]]:
+    """(floating-point host tensors the torch probe saw sent to a device, by the dtype they arrived in -> count;
+    the floating dtypes of the sampled forward calls' inputs), all processes."""
+    sent, inputs = {}, set()
+    for p in (probe or {}).get("processes") or []:
+        t = p.get("torch") or {}
+        for d, n in (t.get("h2d_dtypes") or {}).items():
+            sent[d] = sent.get(d, 0) + int(n)
+        inputs.update(t.get("input_dtypes") or {})
+    return sent, inputs
+
+
 def _precision(probe: dict[str, Any] | None) -> tuple[set[str], set[str], dict[str, int]]:
     """(autocast regions, floating parameter dtypes) the torch probe saw in sampled forward calls, and the
     floating operand dtypes of the matmuls and convolutions the JAX probe saw traced in training steps (dtype ->
@@ -388,6 +400,16 @@ def precision_difference(probe: dict[str, Any] | None, ref_probe: dict[str, Any]
     if casts and not low:
         out.append("float32 values cast down in the training step: " +
                    ", ".join(f"{n} to {d}" for d, n in sorted(casts.items())) + f" ({ref})")
+    (sent, inputs), (rsent, rinputs) = _data_dtypes(probe), _data_dtypes(ref_probe)
+    rounded = {d: n for d, n in sent.items() if d in HALF}
+    if rounded and rinputs and not (rinputs | set(rsent)) & set(HALF):
+        # the TPU input-pipeline habit: batches sent as bfloat16 to halve the bytes, upcast on the device. The
+        # model computes in float32 on data rounded to an 8-bit mantissa (the targets too): invisible in the
+        # curves, a changed computation all the same
+        out.append("floating-point data sent to the device in " +
+                   ", ".join(f"{d} ({n} transfers)" for d, n in sorted(rounded.items())) +
+                   f", where the reference's model receives {', '.join(sorted(rinputs))}: every value rounded on "
+                   "the way" + (f" (the port's model then receives {', '.join(sorted(inputs))})" if inputs else ""))
     return ("the model computes in a lower precision than the reference (" + "; ".join(out) + ")") if out else None
 
 

@@ -31,7 +31,7 @@ _tls = threading.local()
 def reset() -> None:
     _s.clear()
     _s.update(forward_samples=0, param_devices={}, param_dtypes={}, autocast={}, input_devices={}, first_seen={},
-              modules=[], fwd_handle=None, fwd_left=0, pinned=False, root=None, root_params=0, optimizers={}, eval_windows=[],
+              modules=[], fwd_handle=None, fwd_left=0, pinned=False, h2d_dtypes={}, input_dtypes={}, root=None, root_params=0, optimizers={}, eval_windows=[],
               window=None, steps_in_eval={"steps": 0, "first": None, "module": None}, clip=None, scaler_steps=0,
               scaler_skipped=0, gn_cost=None, gn_recent=[], stale={"steps": 0, "judged": 0, "first": None},
               zeroed=True, grad_ref=None, schedule_first=[],
@@ -210,7 +210,18 @@ def _wrap_host_copies(torch) -> None:
         def to(self, *a, **k):
             if (a or k) and not self.is_cpu and self.device.type != "meta" and to_host(a, k) and not _compiling():
                 count("to_cpu")
-            return orig(self, *a, **k)
+            out = orig(self, *a, **k)
+            if not _IS_COMPILING[0]() and self.is_cpu and out is not self and self.is_floating_point():
+                try:
+                    if out.device.type not in ("cpu", "meta"):
+                        # floating-point host data sent to a device, by the dtype it arrives in (ladder.checks.l2:
+                        # data rounded to bfloat16 on the way, then computed on in float32)
+                        d = str(out.dtype).replace("torch.", "")
+                        h2d = _s["h2d_dtypes"]
+                        h2d[d] = h2d.get(d, 0) + 1
+                except Exception as e:  # never into the program
+                    core.record_error("transfer dtype", e)
+            return out
         return to
 
     for name, make in (("__setitem__", setitem), ("copy_", copy_), ("to", to)):
@@ -540,11 +551,14 @@ def _forward_pre_hook(module, args):
         if n > _s["root_params"] or (dead and n >= _s["root_params"]):
             # the outermost module: the one whose parameters are named for the report
             _s["root"], _s["root_params"] = weakref.ref(module, _root_died), n
-        idev = _s["input_devices"]
+        idev, idt = _s["input_devices"], _s["input_dtypes"]
         for a in args[:8] if isinstance(args, tuple) else ():
             d = getattr(getattr(a, "device", None), "type", None)
             if isinstance(d, str):
                 idev[d] = idev.get(d, 0) + 1
+                if getattr(a, "is_floating_point", None) is not None and a.is_floating_point():
+                    t = str(a.dtype).replace("torch.", "")
+                    idt[t] = idt.get(t, 0) + 1
                 if d not in first:
                     first[d] = {"t": time.time(), "module": type(module).__name__, "what": "input"}
         ac = _autocast_state()
@@ -1146,6 +1160,8 @@ def snapshot() -> dict:
     facts = {k: _s[k] for k in ("forward_samples", "param_devices", "param_dtypes", "autocast", "input_devices",
                                 "first_seen", "modules")}
     facts["module_types"] = _s.get("module_types") or []
+    facts["input_dtypes"] = dict(_s["input_dtypes"])  # floating-point inputs of the sampled forward calls
+    facts["h2d_dtypes"] = dict(_s["h2d_dtypes"])  # floating-point host tensors sent to a device, by arriving dtype
     facts["grad_scaler"] = {"steps": _s["scaler_steps"], "skipped": _s["scaler_skipped"]}
     facts["steps_in_eval_mode"] = dict(_s["steps_in_eval"])
     facts["stale_grad_steps"] = dict(_s["stale"])
