@@ -1186,6 +1186,51 @@ def update_replayed(probe: dict[str, Any] | None, ref_opt: dict[str, Any], ignor
             "float32 rounding): the difference is written out by hand")
 
 
+def _plain_name(name: Any) -> str | None:
+    """A parameter's name without the wrappers' prefixes (DDP's module., torch.compile's _orig_mod.)."""
+    if not isinstance(name, str):
+        return None
+    parts = [p for p in name.split(".") if p not in ("module", "_orig_mod")]
+    return ".".join(parts)
+
+
+def untrained_difference(run_opt: dict[str, Any], ref_opt: dict[str, Any]) -> str | None:
+    """Parameters the run's optimizer holds that never had a gradient at its first steps (torch skips them: no
+    update, no decay) where the reference's had one: a gradient cut (a detach, a no_grad region, a reentrant
+    checkpoint whose inputs need no gradient, requires_grad turned off). By name where both sides name their
+    parameters, else by shape."""
+    mine, theirs = run_opt.get("no_grad"), ref_opt.get("no_grad")
+    if not isinstance(mine, dict) or not isinstance(theirs, dict) or not mine.get("params"):
+        return None
+    if int(theirs.get("steps") or 0) < 1:
+        return None  # the reference's steps were never looked at: nothing to compare with
+    ref_never = theirs.get("params") or []
+    ref_names = {_plain_name(p[0]) for p in ref_never}
+    ref_shapes = Counter(shape_key(p[1]) for p in ref_never)
+    named = all(_plain_name(p[0]) for p in mine["params"]) and all(
+        _plain_name(t[0]) for g in ref_opt.get("param_groups") or [] for t in g.get("tensors") or [])
+    if named:
+        extra = [p for p in mine["params"] if _plain_name(p[0]) not in ref_names]
+    else:
+        extra, left = [], Counter(ref_shapes)
+        for p in mine["params"]:
+            k = shape_key(p[1])
+            if left[k] > 0:
+                left[k] -= 1
+            else:
+                extra.append(p)
+    if not extra:
+        return None
+    values = sum(int(p[2]) for p in extra)
+    total = int(mine.get("values") or 0)
+    share = f", {values / total:.1%} of the optimizer's {total} values" if total else ""
+    listed = ", ".join(f"{p[0] or '?'} {list(p[1])}" for p in extra[:6]) + (" ..." if len(extra) > 6 else "")
+    return (f"{len(extra)} parameter tensor(s) ({values} values{share}) reached the optimizer without a gradient at "
+            f"each of its first {mine.get('steps')} steps, where the reference's had one: {listed}; the optimizer "
+            f"skips them (no update, no decay), so they stay at their initial values (a gradient cut: a detach, a "
+            f"no_grad region, a reentrant checkpoint whose inputs need no gradient, requires_grad off)")
+
+
 def _own_class(run_opt: dict[str, Any], ref_opt: dict[str, Any]) -> str | None:
     """The run's torch optimizer class where the program defines it (outside torch and its extensions) and the
     reference's is torch's own; None otherwise."""
@@ -1280,7 +1325,7 @@ def optimizer_unchanged(ctx: CheckContext) -> CheckResult:
     elif lr_why:
         notes.append(lr_why)
     for why in (stale_gradients(ctx.run, ref, ctx.protocol.l2.stale_grad_steps_share),
-                schedule_stepped_first(ctx.run, ref)):
+                schedule_stepped_first(ctx.run, ref), untrained_difference(mine[0], theirs[0])):
         if why:
             diffs.append(why)
     restarted = [r for r in rebuilds if r["state_restarted"]]

@@ -46,13 +46,19 @@ grad_norm_skip_fraction of steps, and not where clipping binds in the run or a s
 receives the clip threshold, whatever the gradient). The check's alpha is split between the two curves.
 It sees the faults an adaptive optimizer hides from the loss: gradients summed instead of averaged,
 clipped per shard.
+
+The evaluations during training. The metric check also judges each evaluation the run logs during
+training against the same kind's seeds' values at that step (steps shared with at least max(2, min_seeds)
+seeds, after the first eval_skip_fraction of the run's steps), alpha split over them: an evaluation that
+scores other weights than training produced (a stale copy of the model) moves them while the final metric,
+late in a decayed schedule, may not. The metric is its own name in the evaluation lines, or their one value.
 """
 
 from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -325,8 +331,75 @@ def calibrated_metric(run: RunRecord, seeds: "list[RunRecord] | Seeds", protocol
     def values(runs: list[RunRecord]) -> list[float]:
         return [r.metric for r in runs if r.metric is not None and math.isfinite(r.metric)]
 
-    return _scalar_verdict("metric", run.metric, values(s.same), values(s.other), s, rules.metric_floor_rel,
-                           rules.metric_margin_rel, rules, run.metric_name or "metric", run.metric_direction)
+    v = _scalar_verdict("metric", run.metric, values(s.same), values(s.other), s, rules.metric_floor_rel,
+                        rules.metric_margin_rel, rules, run.metric_name or "metric", run.metric_direction)
+    if v.blocked or v.passed is False:
+        return v
+    ev = calibrated_evaluations(run, s.same, rules)
+    if ev is None:
+        return v
+    worst, judged, more = ev
+    details = {**v.details, "evaluations": {"judged": judged, "worst": worst}}
+    text = (f"{len(judged)} evaluation(s) during training (steps {', '.join(str(j['step']) for j in judged[:8])}"
+            f"{' ...' if len(judged) > 8 else ''}), each against the seeds' values at its step, alpha "
+            f"{rules.alpha:g}/{len(judged)} each")
+    if worst["passed"] is False:
+        return replace(v, passed=False, more_seeds=0, details=details,
+                       summary=(f"{v.summary}; but the evaluation at step {worst['step']} is {worst['value']:.6g} "
+                                f"against the seeds' {worst['mean']:.6g} there (band [{worst['lo']:.6g}, "
+                                f"{worst['hi']:.6g}], distance {worst['z']:.2f} band half-widths): what the evaluations "
+                                f"score during training differs ({text})"))
+    if more and v.passed:
+        return replace(v, passed=None, more_seeds=more, details=details,
+                       summary=f"{v.summary}; the evaluation at step {worst['step']} is borderline ({text})")
+    return replace(v, details=details, summary=f"{v.summary}; {text}: within noise")
+
+
+def _eval_key(run: RunRecord) -> str | None:
+    """The key of the run's evaluation lines that carries the metric: the metric's own name, else the one value."""
+    keys = {k for e in run.evals for k in e.values}
+    if run.metric_name and run.metric_name in keys:
+        return run.metric_name
+    return next(iter(keys)) if len(keys) == 1 else None
+
+
+def _eval_series(run: RunRecord, key: str) -> dict[int, float]:
+    out: dict[int, float] = {}
+    for e in run.evals:
+        if e.step is not None and key in e.values and math.isfinite(e.values[key]):
+            out.setdefault(e.step, e.values[key])  # an evaluation logged twice at one step: the first
+    return out
+
+
+def calibrated_evaluations(run: RunRecord, seeds: list[RunRecord], rules: "CalibratedRules"
+                           ) -> tuple[dict[str, Any], list[dict[str, Any]], int] | None:
+    """The evaluations logged during training, each against the same kind's seeds' values at its step (the
+    steps the run and at least max(2, min_seeds) seeds share, past the first eval_skip_fraction of the run's
+    steps, where ports legitimately follow another initialisation, and before its last logged step, the final
+    metric's). alpha is split over them. An evaluation
+    that scores other weights than training produced (a stale copy of the model) moves here while the final
+    metric may not. (worst, judged, more seeds) or None when no evaluation can be judged."""
+    key = _eval_key(run)
+    if key is None:
+        return None
+    mine = _eval_series(run, key)
+    last = max((p.step for p in run.loss_curve), default=0) or max(mine, default=0)
+    theirs = [_eval_series(r, key) for r in seeds if _eval_key(r) == key]
+    need = max(2, rules.min_seeds)
+    # the evaluation at the end of training is the final metric's, judged above
+    steps = [st for st in sorted(mine) if rules.eval_skip_fraction * last < st < last
+             and sum(st in t for t in theirs) >= need]
+    if not steps:
+        return None
+    judged, more = [], 0
+    for st in steps:
+        d = decide(mine[st], [t[st] for t in theirs if st in t], rules.metric_floor_rel, rules, n_tests=len(steps),
+                   margin_rel=rules.metric_margin_rel)
+        judged.append({"step": st, "value": d.value, "mean": d.mean, "lo": d.lo, "hi": d.hi, "z": d.z,
+                       "seeds": d.seeds, "passed": d.passed})
+        more = max(more, d.more_seeds)
+    worst = max(judged, key=lambda j: j["z"])
+    return worst, judged, more
 
 
 def smooth(values: np.ndarray, fraction: float) -> np.ndarray:

@@ -61,6 +61,7 @@ class CalibratedRules(_Section):
     curve_margin_rel: float
     grad_norm_margin_rel: float
     grad_norm_skip_fraction: float
+    eval_skip_fraction: float = 0.2  # evaluations in the first share of steps are not judged one by one (the init)
 
 
 class L2Rules(_Section):

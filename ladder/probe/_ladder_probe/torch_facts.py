@@ -659,6 +659,7 @@ def _optimizer_pre_hook(optimizer, args, kwargs):
         if rec is not None:
             record = rec["record"]
             record["last_step"] = step
+            _note_no_grad(rec, optimizer)
             if not record["stateful"] and optimizer.state:  # dict size only: no tensor is read
                 record["stateful"] = True
             _keep_lr(rec, optimizer, step)
@@ -692,8 +693,38 @@ def _optimizer_pre_hook(optimizer, args, kwargs):
         _s["optimizers"][key] = rec = {"record": record, "_cfg": (getters, _fingerprint(optimizer, getters)),
                                        "_lr_group": group}
         _keep_lr(rec, optimizer, step)
+        _note_no_grad(rec, optimizer, names)
     except Exception as e:
         core.record_error("optimizer hook", e)
+
+
+_NO_GRAD_STEPS = 6  # the optimizer's first steps at which parameters without a gradient are noted
+
+
+def _note_no_grad(rec: dict, optimizer, names: dict | None = None) -> None:
+    """The optimizer's parameters that reach its step with no gradient (.grad None) at every one of its first
+    _NO_GRAD_STEPS steps: torch optimizers skip them (no update, no decay), so they are not trained. An attribute
+    test per parameter; no tensor is read."""
+    try:
+        record = rec["record"]
+        if "_ng" not in rec:
+            names = names if names is not None else _param_names()
+            params = [p for g in optimizer.param_groups for p in g.get("params", ())]
+            rec["_ng"] = {"refs": [weakref.ref(p) for p in params], "never": list(range(len(params))),
+                          "meta": [[names.get(id(p)), list(p.shape), int(p.numel())] for p in params]}
+            record["no_grad"] = {"steps": 0, "tensors": len(params), "values": sum(m[2] for m in rec["_ng"]["meta"]),
+                                 "params": []}
+        ng, out = rec["_ng"], record["no_grad"]
+        if out["steps"] >= _NO_GRAD_STEPS or not ng["never"]:
+            return  # judged: the window is over, or every parameter has had a gradient
+        refs = ng["refs"]
+        ng["never"] = [i for i in ng["never"] if refs[i]() is None or refs[i]().grad is None]
+        out["steps"] += 1
+        out["params"] = [ng["meta"][i] for i in ng["never"][:200]]
+        out["never_tensors"] = len(ng["never"])
+        out["never_values"] = sum(ng["meta"][i][2] for i in ng["never"])
+    except Exception as e:
+        core.record_error("no-grad parameters", e)
 
 
 def _shapes(groups) -> list:
