@@ -62,6 +62,7 @@ class CalibratedRules(_Section):
     grad_norm_margin_rel: float
     grad_norm_skip_fraction: float
     eval_skip_fraction: float = 0.2  # evaluations in the first share of steps are not judged one by one (the init)
+    eval_margin_rel: float = 0.25  # ... and a difference smaller than this share of the seeds' mean never fails
 
 
 class L2Rules(_Section):
