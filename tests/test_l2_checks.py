@@ -70,10 +70,18 @@ def runs(tmp_path_factory):
     return get
 
 
-def _baseline(ref: RunRecord) -> Baseline:
-    meta = BaselineMeta(name="t", version=1, created_at=ref.started_at, profile="reference", platform="cpu",
-                        seeds=[0], full_seeds=[], spec_sha256="", protocol="ncsu")
-    return Baseline(root=Path(ref.cwd), meta=meta, short_runs=[ref], full_runs=[])
+def _baseline(*shorts: RunRecord) -> Baseline:
+    """A baseline of these short runs (each with its own seed), as `ladder baseline` stores one."""
+    meta = BaselineMeta(name="t", version=1, created_at=shorts[0].started_at, profile="reference", platform="cpu",
+                        seeds=[r.seed for r in shorts], full_seeds=[], spec_sha256="", protocol="ncsu")
+    return Baseline(root=Path(shorts[0].cwd), meta=meta, short_runs=list(shorts), full_runs=[])
+
+
+def _l1_metric(run: RunRecord, base: Baseline, seed: int) -> CheckResult:
+    """The L1 metric check of `run`, taken as the attempt at `seed`, against `base`."""
+    checks = run_ladder(CheckContext(run=run.model_copy(update={"seed": seed}), protocol=load_protocol(),
+                                     baseline=base, expected_platform="cpu"), up_to="L1").checks
+    return next(c for c in checks if c.name == "metric")
 
 
 def l2(run: RunRecord, expected: str, ref: RunRecord | None) -> dict[str, CheckResult]:
@@ -97,15 +105,10 @@ def test_a_run_that_trains_as_the_same_seed_reference_but_evaluates_differently_
     # accuracies over batches of 112 and 16 passes the calibrated band. But the run trains exactly as the
     # reference's own run at its seed (same weights, same batches), so its metric must agree with that run's.
     seeds = [runs(torch_python, "torch_train.py", "--seed", str(s)).model_copy(update={"seed": s}) for s in range(4)]
-    meta = BaselineMeta(name="t", version=1, created_at=0.0, profile="reference", platform="cpu",
-                        seeds=[0, 1, 2, 3], full_seeds=[], spec_sha256="", protocol="ncsu")
-    base = Baseline(root=Path(seeds[0].cwd), meta=meta, short_runs=seeds, full_runs=[])
+    base = _baseline(*seeds)
 
     def metric(run: RunRecord) -> CheckResult:
-        run = run.model_copy(update={"seed": 1})
-        checks = run_ladder(CheckContext(run=run, protocol=load_protocol(), baseline=base,
-                                         expected_platform="cpu"), up_to="L1").checks
-        return next(c for c in checks if c.name == "metric")
+        return _l1_metric(run, base, 1)
 
     bad = runs(torch_python, "torch_train.py", "--seed", "1", "--fault", "eval_batch_means")
     assert abs(bad.metric - seeds[1].metric) / seeds[1].metric > 0.05  # the fault really moves the metric
@@ -131,15 +134,10 @@ def test_evaluations_that_score_a_stale_copy_of_the_model_fail_metric(runs, torc
     # fixture's accuracy is coarse (128 items, sd 0.1 over seeds): 8 seeds make a band that can tell
     seeds = [runs(torch_python, "torch_train.py", "--steps", "80", "--seed", str(s)).model_copy(update={"seed": s})
              for s in range(8)]
-    meta = BaselineMeta(name="t", version=1, created_at=0.0, profile="reference", platform="cpu",
-                        seeds=list(range(8)), full_seeds=[], spec_sha256="", protocol="ncsu")
-    base = Baseline(root=Path(seeds[0].cwd), meta=meta, short_runs=seeds, full_runs=[])
+    base = _baseline(*seeds)
 
     def metric(run: RunRecord) -> CheckResult:
-        run = run.model_copy(update={"seed": 9})  # no same-seed run: the seeds' band alone judges
-        checks = run_ladder(CheckContext(run=run, protocol=load_protocol(), baseline=base,
-                                         expected_platform="cpu"), up_to="L1").checks
-        return next(c for c in checks if c.name == "metric")
+        return _l1_metric(run, base, 9)  # no same-seed run: the seeds' band alone judges
 
     bad = runs(torch_python, "torch_train.py", "--steps", "80", "--seed", "9", "--fault", "eval_stale")
     good = runs(torch_python, "torch_train.py", "--steps", "80", "--seed", "9")

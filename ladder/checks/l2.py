@@ -1205,14 +1205,13 @@ def untrained_difference(run_opt: dict[str, Any], ref_opt: dict[str, Any]) -> st
     if int(theirs.get("steps") or 0) < 1:
         return None  # the reference's steps were never looked at: nothing to compare with
     ref_never = theirs.get("params") or []
-    ref_names = {_plain_name(p[0]) for p in ref_never}
-    ref_shapes = Counter(shape_key(p[1]) for p in ref_never)
     named = all(_plain_name(p[0]) for p in mine["params"]) and all(
         _plain_name(t[0]) for g in ref_opt.get("param_groups") or [] for t in g.get("tensors") or [])
     if named:
+        ref_names = {_plain_name(p[0]) for p in ref_never}
         extra = [p for p in mine["params"] if _plain_name(p[0]) not in ref_names]
-    else:
-        extra, left = [], Counter(ref_shapes)
+    else:  # by shape: each of the reference's ungraded tensors excuses one of the run's of its shape
+        extra, left = [], Counter(shape_key(p[1]) for p in ref_never)
         for p in mine["params"]:
             k = shape_key(p[1])
             if left[k] > 0:

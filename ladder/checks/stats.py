@@ -382,9 +382,9 @@ def calibrated_evaluations(run: RunRecord, seeds: list[RunRecord], rules: "Calib
     heavy-tailed (a loss spike at a high rate: one of 11 seeds of a regression 38% above the others at one
     evaluation, measured on benchmarks/ports), which a normal band from few seeds does not cover: hence the
     margin, the five seeds, and no judgement of the full run's (its 3 default seeds; the final metric and L3
-    judge it). An evaluation
-    that scores other weights than training produced (a stale copy of the model) moves here while the final
-    metric may not. (worst, judged, more seeds) or None when no evaluation can be judged."""
+    judge it). An evaluation that scores other weights than training produced (a stale copy of the model)
+    moves here while the final metric may not. (worst, judged, more seeds) or None when no evaluation can be
+    judged."""
     key = _eval_key(run)
     if key is None or run.kind != "short":
         return None
