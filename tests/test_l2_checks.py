@@ -266,6 +266,48 @@ def test_parameters_a_gradient_cut_leaves_untrained_fail_optimizer_unchanged(
 
 
 @pytest.mark.slow
+def test_jax_parameters_behind_stop_gradient_fail_optimizer_unchanged(runs, jax_python, reference) -> None:
+    # the JAX form of a gradient cut: jax.lax.stop_gradient (or a subtree closed over as a constant) gives the
+    # optimizer zeros, not None, so optax still applies its update and no attribute tells. The probe hands out,
+    # beside the gradient's norm, one flag per leaf: exactly zero everywhere
+    run = runs(jax_python, "jax_train.py", "--fault", "frozen_first")
+    (opt,) = run.probe["optimizers"]
+    ng = opt["no_grad"]
+    assert ng["steps"] == 6 and ng["test"] == "gradient exactly zero", ng
+    assert sorted(p[0] for p in ng["params"]) == ["['b1']", "['w1']"], ng
+    c = l2(run, "jax-cpu", reference)["optimizer_unchanged"]
+    assert c.status == "failed", c.evidence
+    assert "2 parameter tensor(s) (288 values, 89.7% of the optimizer's 321 values) reached the optimizer with a " \
+           "gradient of exactly zero at each of its first 6 updates" in c.evidence, c.evidence
+    clean = runs(jax_python, "jax_train.py")
+    assert clean.probe["optimizers"][0]["no_grad"]["params"] == []
+    assert "exactly zero" not in l2(clean, "jax-cpu", reference)["optimizer_unchanged"].evidence
+    # frozen by a label instead: the gradient is there, optax.set_to_zero() drops the branch's updates; the
+    # branch is a parameter group of its own, named after the transformation
+    labelled = l2(runs(jax_python, "jax_train.py", "--fault", "frozen_set_to_zero"), "jax-cpu", reference)
+    c = labelled["optimizer_unchanged"]
+    assert c.status == "failed" and "optimizer sgd -> set_to_zero+sgd" in c.evidence, c.evidence
+
+
+@pytest.mark.slow
+def test_jax_batches_put_on_the_device_as_bfloat16_are_a_numerics_failure(runs, jax_python, reference) -> None:
+    # the TPU input-pipeline habit in JAX: x and y put on the device as bfloat16 and upcast inside the jitted
+    # step, so every matmul takes float32 operands; the step's data arguments carry the dtype (read off the
+    # tracers while the step is traced)
+    run = runs(jax_python, "jax_train.py", "--fault", "bf16_batches")
+    step = next(f for f in run.probe["processes"][0]["jax"]["functions"] if f["train"])
+    assert step["data_dtypes"] == {"bfloat16": 2} and "bfloat16" not in step["compute"], step
+    c = l2(run, "jax-cpu", reference)["numerics"]
+    assert c.status == "failed", c.evidence
+    assert "floating-point data passed to the training step in bfloat16 (2 argument(s)), where the reference's " \
+           "model receives float32" in c.evidence, c.evidence
+    clean = runs(jax_python, "jax_train.py")
+    assert next(f for f in clean.probe["processes"][0]["jax"]["functions"] if f["train"])["data_dtypes"] == {
+        "float32": 2}
+    assert l2(clean, "jax-cpu", reference)["numerics"].status == "passed"
+
+
+@pytest.mark.slow
 def test_the_programs_own_optimizer_class_is_judged_by_its_update(runs, torch_python, reference) -> None:
     # round 14's dpclass/xla_adam_optimizer_subclass: torch's optimizer written out as the program's own
     # Optimizer subclass with the reference's settings trains exactly as the reference, yet its class was read

@@ -342,16 +342,21 @@ FROZEN_MARGIN = 0.02  # ... and beyond the reference's share of judged steps by 
 HALF = ("bfloat16", "float16", "half")
 
 
-def _data_dtypes(probe: dict[str, Any] | None) -> tuple[dict[str, int], set[str]]:
+def _data_dtypes(probe: dict[str, Any] | None) -> tuple[dict[str, int], set[str], dict[str, int]]:
     """(floating-point host tensors the torch probe saw sent to a device, by the dtype they arrived in -> count;
-    the floating dtypes of the sampled forward calls' inputs), all processes."""
-    sent, inputs = {}, set()
+    the floating dtypes of the sampled forward calls' inputs; the floating dtypes of the JAX training steps' data
+    arguments, neither parameters nor shaped as one -> count over traces), all processes."""
+    sent, inputs, args = {}, set(), {}
     for p in (probe or {}).get("processes") or []:
         t = p.get("torch") or {}
         for d, n in (t.get("h2d_dtypes") or {}).items():
             sent[d] = sent.get(d, 0) + int(n)
         inputs.update(t.get("input_dtypes") or {})
-    return sent, inputs
+        for f in (p.get("jax") or {}).get("functions") or []:
+            if f.get("train") or f.get("grad"):
+                for d, n in (f.get("data_dtypes") or {}).items():
+                    args[d] = args.get(d, 0) + int(n)
+    return sent, inputs, args
 
 
 def _precision(probe: dict[str, Any] | None) -> tuple[set[str], set[str], dict[str, int]]:
@@ -400,16 +405,26 @@ def precision_difference(probe: dict[str, Any] | None, ref_probe: dict[str, Any]
     if casts and not low:
         out.append("float32 values cast down in the training step: " +
                    ", ".join(f"{n} to {d}" for d, n in sorted(casts.items())) + f" ({ref})")
-    (sent, inputs), (rsent, rinputs) = _data_dtypes(probe), _data_dtypes(ref_probe)
+    (sent, inputs, args), (rsent, rinputs, rargs) = _data_dtypes(probe), _data_dtypes(ref_probe)
     rounded = {d: n for d, n in sent.items() if d in HALF}
-    if rounded and rinputs and not (rinputs | set(rsent)) & set(HALF):
+    full = rinputs | set(rargs)  # what the reference's model receives: torch's forward inputs, JAX's step data
+    if rounded and full and not (full | set(rsent)) & set(HALF):
         # the TPU input-pipeline habit: batches sent as bfloat16 to halve the bytes, upcast on the device. The
         # model computes in float32 on data rounded to an 8-bit mantissa (the targets too): invisible in the
         # curves, a changed computation all the same
         out.append("floating-point data sent to the device in " +
                    ", ".join(f"{d} ({n} transfers)" for d, n in sorted(rounded.items())) +
-                   f", where the reference's model receives {', '.join(sorted(rinputs))}: every value rounded on "
+                   f", where the reference's model receives {', '.join(sorted(full))}: every value rounded on "
                    "the way" + (f" (the port's model then receives {', '.join(sorted(inputs))})" if inputs else ""))
+    low_args = {d: n for d, n in args.items() if d in HALF}
+    if low_args and full and not (full | set(rsent)) & set(HALF):
+        # the same habit in JAX: the batch put on the device as bfloat16 and upcast inside the jitted step, whose
+        # matmuls then take float32 operands
+        out.append("floating-point data passed to the training step in " +
+                   ", ".join(f"{d} ({n} argument(s))" for d, n in sorted(low_args.items())) +
+                   f", where the reference's model receives {', '.join(sorted(full))}: every value rounded before "
+                   "the step" + (f" (its other data arguments: {', '.join(sorted(set(args) - set(low_args)))})"
+                                 if set(args) - set(low_args) else ""))
     return ("the model computes in a lower precision than the reference (" + "; ".join(out) + ")") if out else None
 
 
@@ -1205,7 +1220,9 @@ def untrained_difference(run_opt: dict[str, Any], ref_opt: dict[str, Any]) -> st
     if int(theirs.get("steps") or 0) < 1:
         return None  # the reference's steps were never looked at: nothing to compare with
     ref_never = theirs.get("params") or []
-    named = all(_plain_name(p[0]) for p in mine["params"]) and all(
+    # names compare within one framework (torch's "0.weight" and optax's "['w1']" name the same tensor apart)
+    named = run_opt.get("framework") == ref_opt.get("framework") and all(
+        _plain_name(p[0]) for p in mine["params"]) and all(
         _plain_name(t[0]) for g in ref_opt.get("param_groups") or [] for t in g.get("tensors") or [])
     if named:
         ref_names = {_plain_name(p[0]) for p in ref_never}
@@ -1224,6 +1241,11 @@ def untrained_difference(run_opt: dict[str, Any], ref_opt: dict[str, Any]) -> st
     total = int(mine.get("values") or 0)
     share = f", {values / total:.1%} of the optimizer's {total} values" if total else ""
     listed = ", ".join(f"{p[0] or '?'} {list(p[1])}" for p in extra[:6]) + (" ..." if len(extra) > 6 else "")
+    if mine.get("test") == "gradient exactly zero":  # optax: a cut gradient is zeros, and the update still runs
+        return (f"{len(extra)} parameter tensor(s) ({values} values{share}) reached the optimizer with a gradient of "
+                f"exactly zero at each of its first {mine.get('steps')} updates, where the reference's had one: "
+                f"{listed}; nothing trains them (weight decay, where it applies, only shrinks them) (a gradient cut: "
+                f"jax.lax.stop_gradient, parameters closed over as constants, a frozen subtree)")
     return (f"{len(extra)} parameter tensor(s) ({values} values{share}) reached the optimizer without a gradient at "
             f"each of its first {mine.get('steps')} steps, where the reference's had one: {listed}; the optimizer "
             f"skips them (no update, no decay), so they stay at their initial values (a gradient cut: a detach, a "

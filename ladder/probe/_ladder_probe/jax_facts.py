@@ -170,6 +170,11 @@ class Traced:
                 st.pop()
             rec["traces"] += 1
             _merge_compute(rec, box, st)
+            if box.grad_io and (box.update_seen or box.grad_seen):
+                try:
+                    _note_data_dtypes(rec, box, args, kwargs)
+                except Exception as e:
+                    core.record_error("jax step argument dtypes", e)
             if box.update_seen:
                 rec["train"] = True
                 _s["update_ever"] = True
@@ -301,6 +306,31 @@ class _Stage:
         return getattr(self._stage, name)
 
 
+def _note_data_dtypes(rec: dict, box: Box, args, kwargs) -> None:
+    """The floating dtypes of a training step's data arguments, by trace. An argument is data unless it holds a
+    parameter the step differentiates (the model, a train state) or is the optimizer's state (two or more floating
+    leaves, each shaped as a parameter: the moments). A batch sent as bfloat16 and upcast inside the step (the TPU
+    input-pipeline habit) computes in float32 on rounded data: the upcast is invisible in the matmuls' operands,
+    the argument's dtype is not. Read off the tracers: no value."""
+    jax, jnp = sys.modules["jax"], sys.modules["jax.numpy"]
+    params = [x for io in box.grad_io if io is not None for x in jax.tree_util.tree_leaves(io[0])]
+    if not params:
+        return
+    ids = {id(x) for x in params}
+    shapes = {tuple(getattr(x, "shape", ())) for x in params}
+    seen = rec.setdefault("data_dtypes", {})
+    for arg in (*args, *kwargs.values()):
+        leaves = jax.tree_util.tree_leaves(arg)
+        if any(id(x) in ids for x in leaves):
+            continue
+        floats = [x for x in leaves if getattr(x, "dtype", None) is not None and jnp.issubdtype(x.dtype, jnp.floating)]
+        if len(floats) >= 2 and all(tuple(x.shape) in shapes for x in floats):
+            continue
+        for x in floats:
+            d = str(x.dtype)
+            seen[d] = seen.get(d, 0) + 1
+
+
 def _is_step(rec: dict) -> bool:
     """A host call of this function is one training step: it traces the optax update, or, in a program whose
     update no optax transformation makes (SGD written by hand), it takes a gradient."""
@@ -363,6 +393,11 @@ def _collect(values: list) -> list:
     host = jax.device_get([aux for _, aux in values])
     clip = (core.grad_norms.clip or {}).get("max_norm")
     first = (core.grad_norms.clip or {}).get("first", False)
+    zeros = [(step, aux[3]) for (step, _), aux in zip(values, host) if len(aux) > 3 and aux[3] is not None]
+    if zeros:  # which gradient leaves were exactly zero (optax_facts: parameters a gradient cut never trains)
+        optax_facts = sys.modules.get("_ladder_probe.optax_facts")
+        if optax_facts is not None:
+            optax_facts.note_zero_gradients(zeros)
     out = []
     for (step, _), aux in zip(values, host):
         g, p = _scalar(aux[0]), _scalar(aux[1]) if len(aux) > 1 else None

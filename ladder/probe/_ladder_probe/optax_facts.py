@@ -40,6 +40,8 @@ _lr_sources: list = []  # (optimizer record, step size: number or schedule, inje
 def reset() -> None:
     for d in _desc.values():
         d.pop("recorded", None)
+        d.pop("record", None)
+    _zero.clear()
 
 
 def on_optax(optax) -> None:
@@ -210,6 +212,53 @@ def _counts(node, out: list, jnp, depth: int) -> None:
                 _counts(v, out, jnp, depth + 1)
 
 
+_NO_GRAD_STEPS = 6  # the updates at which gradient leaves identically zero are noted (torch_facts' window)
+_zero: dict = {}  # the leaves of the gradient whose zero flags go out with the norms: meta, and the optimizer record
+
+
+def _zero_leaves(desc: dict, updates):
+    """One flag per floating leaf of the gradient the optimizer receives: is it exactly zero everywhere? A
+    parameter whose gradient a transformation cuts (jax.lax.stop_gradient, a frozen subtree closed over as a
+    constant) gets zeros, not None as in torch: AdamW still decays it, nothing trains it. A compare and a
+    reduction per leaf, beside the global norm the update already reads; the flags stay on the device until exit."""
+    jax, jnp = sys.modules["jax"], sys.modules["jax.numpy"]
+    flat, _ = jax.tree_util.tree_flatten_with_path(updates)
+    leaves = [(path, x) for path, x in flat if hasattr(x, "dtype") and jnp.issubdtype(x.dtype, jnp.floating)]
+    if not leaves:
+        return None
+    if not _zero and desc.get("record") is not None:
+        meta = []
+        for path, x in leaves:
+            n = 1
+            for d in x.shape:
+                n *= int(d)
+            meta.append([jax.tree_util.keystr(path), [int(d) for d in x.shape], n])
+        _zero.update(meta=meta, record=desc["record"])
+    return jnp.stack([jnp.all(x == 0) for _, x in leaves])
+
+
+def note_zero_gradients(rows: list) -> None:
+    """The flags of the first _NO_GRAD_STEPS recorded updates, read back at exit (jax_facts' collect): the leaves
+    zero at every one of them go into the optimizer record's `no_grad`, in torch_facts' form, `test` saying how."""
+    np = sys.modules.get("numpy")
+    if not _zero or np is None:
+        return
+    meta = _zero["meta"]
+    flags = []
+    for _, v in sorted(rows, key=lambda r: r[0])[:_NO_GRAD_STEPS]:
+        v = np.asarray(v)
+        v = v[0] if v.ndim == 2 else v  # pmap: one row per device, the gradients averaged across them
+        if v.shape == (len(meta),):
+            flags.append(v.astype(bool))
+    if not flags:
+        return
+    never = [i for i in range(len(meta)) if all(f[i] for f in flags)]
+    _zero["record"]["no_grad"] = {
+        "steps": len(flags), "tensors": len(meta), "values": sum(m[2] for m in meta),
+        "params": [meta[i] for i in never[:200]], "never_tensors": len(never),
+        "never_values": sum(meta[i][2] for i in never), "test": "gradient exactly zero"}
+
+
 def _outermost(desc: dict, updates, params, state=None) -> None:
     jax = sys.modules["jax"]
     if not desc.get("recorded"):
@@ -223,7 +272,8 @@ def _outermost(desc: dict, updates, params, state=None) -> None:
             core.clock.tick("optax update")
         return
     gnorm = _orig["global_norm"]
-    aux = (gnorm(updates), gnorm(params) if params is not None else None, _state_measure(state))
+    aux = (gnorm(updates), gnorm(params) if params is not None else None, _state_measure(state),
+           _zero_leaves(desc, updates))
     box = jax_facts.current_box()
     if box is not None:
         box.offer(aux)
@@ -266,6 +316,8 @@ def _settings(desc: dict, leaf: dict, out: dict, scaled: list, route: tuple = ()
             out.setdefault("clip_calls", []).append((*route, id(desc)))
             if out.get("decay_mode") == "coupled":  # torch adds coupled decay inside the step, after clip_grad_norm_
                 out["decay_mode"] = "coupled, clipped with the gradient"
+    if fn == "set_to_zero" and "name" not in out:  # a multi_transform branch that freezes its parameters
+        out["name"] = "set_to_zero"
     if fn == "add_decayed_weights":
         if _mask_of(objs, "mask", leaf, default=True) and args.get("weight_decay"):
             out["weight_decay"] = args.get("weight_decay")
@@ -361,6 +413,7 @@ def _record(desc: dict, params) -> None:
         # as torch's clip_grad_norm_ calls are counted: the elements each clip's norm is taken over
         "clip_coverage": {"calls": len(cover), "min_elements": min(cover.values()),
                           "max_elements": max(cover.values())} if cover else None})
+    desc["record"] = record
     if groups:
         biggest = max(groups, key=lambda k: groups[k]["n_params"])
         record["lr"] = {"source": "optax", "group": list(groups).index(biggest), "values": []}
