@@ -84,7 +84,7 @@ def test_a_torch_compiled_model_runs_and_compiles_the_same_under_the_probe(tmp_p
 
 @pytest.mark.slow
 @pytest.mark.jax
-@pytest.mark.parametrize("mode", ["chain", "multi", "pmap"])
+@pytest.mark.parametrize("mode", ["chain", "multi", "pmap", "nnx"])
 def test_jax_graphs_compile_counts_and_output_are_unchanged_by_the_probe(tmp_path, jax_python, mode) -> None:
     args = [str(FIX / "jax_graphs.py"), "--mode", mode]
     env = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}

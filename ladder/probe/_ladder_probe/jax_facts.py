@@ -146,12 +146,14 @@ class Traced:
         self._rec = {"name": f"{kind}({name})", "calls": 0, "train": False, "traces": 0, "nested": False,
                      "by_step": {}, "keys": [], "draws": []}
         core.append(_s["functions"], self._rec, 500)
-        if kind == "jit":
-            out_ok = "out_shardings" not in kwargs
-        else:
-            out_ok = kwargs.get("out_axes", 0) == 0
-        self._aux_ok = out_ok
-        self._jitted = original(self._make_traced(fun), **kwargs)
+        # out_shardings given (flax's nnx.jit always passes a tuple of them): the output is always an Aux and the
+        # shardings its prefix, the probe's outputs left unconstrained; the program's outputs keep theirs
+        self._wrap_out = kind == "jit" and "out_shardings" in kwargs
+        self._aux_ok = self._wrap_out or kind == "jit" or kwargs.get("out_axes", 0) == 0
+        jit_kwargs = dict(kwargs)
+        if self._wrap_out:
+            jit_kwargs["out_shardings"] = Aux(kwargs["out_shardings"], None, None, None)
+        self._jitted = original(self._make_traced(fun), **jit_kwargs)
         try:
             functools.update_wrapper(self, fun)
         except Exception:
@@ -200,7 +202,7 @@ class Traced:
                     upd = _update_io(rec, box)
                 except Exception as e:
                     core.record_error("jax update samples", e)
-            if (box.aux is not None or keys or upd is not None) and self._aux_ok:
+            if (box.aux is not None or keys or upd is not None) and self._aux_ok or self._wrap_out:
                 return Aux(out, box.aux, keys, upd)
             return out
 
