@@ -1,0 +1,1 @@
+../benign_jax_frozen_mask_param/parity_adapter.py

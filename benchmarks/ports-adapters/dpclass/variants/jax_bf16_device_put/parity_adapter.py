@@ -1,0 +1,1 @@
+../jax_pmap_prefetch_to_device/parity_adapter.py

@@ -1,0 +1,1 @@
+../xla_worker_shards/parity_adapter.py
