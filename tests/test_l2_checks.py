@@ -178,6 +178,25 @@ def test_training_on_with_the_model_left_in_eval_mode_is_caught(runs, torch_pyth
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("device", ["cpu", pytest.param("xla", marks=pytest.mark.xla)])
+def test_an_evaluation_twin_left_in_eval_mode_is_not_the_trained_model(request, runs, reference, device) -> None:
+    # round 16's eval twins (3 benign ports, 6 trials flagged): `twin = copy.deepcopy(model).eval()` at start-up,
+    # its weights loaded before each evaluation. Its eval mode opened an evaluation window that never closed, so
+    # every training step counted as one in eval mode, and training's compiles as the evaluation's. A window whose
+    # module shares no parameter with the optimizer ends at the next optimizer step
+    python = request.getfixturevalue("torch_python" if device == "cpu" else "xla_python")
+    run = runs(python, "torch_train.py", "--device", device, "--eval-twin")
+    proc = run.probe["processes"][0]["torch"]
+    assert proc["steps_in_eval_mode"]["steps"] == 0, proc["steps_in_eval_mode"]
+    windows = run.probe["processes"][0]["eval_windows"]
+    # the copy made in eval mode at start-up (no batch), then the two evaluations, each ended by a step or the exit
+    assert [(w["batches"], w["items"]) for w in windows] == [(0, 0), (4, 128), (4, 128)], windows
+    checks = l2(run, device, reference)
+    assert checks["evaluation_complete"].status == "passed", checks["evaluation_complete"].evidence
+    assert checks["recompilation"].status == "passed", checks["recompilation"].evidence
+
+
+@pytest.mark.slow
 def test_a_forward_in_a_lower_precision_is_a_numerics_failure(runs, torch_python, reference) -> None:
     # torch.autocast(bfloat16) around the training forward: every number finite, the precision changed
     run = runs(torch_python, "torch_train.py", "--fault", "autocast_bf16")
@@ -282,11 +301,18 @@ def test_jax_parameters_behind_stop_gradient_fail_optimizer_unchanged(runs, jax_
     clean = runs(jax_python, "jax_train.py")
     assert clean.probe["optimizers"][0]["no_grad"]["params"] == []
     assert "exactly zero" not in l2(clean, "jax-cpu", reference)["optimizer_unchanged"].evidence
-    # frozen by a label instead: the gradient is there, optax.set_to_zero() drops the branch's updates; the
-    # branch is a parameter group of its own, named after the transformation
+    # frozen by a label instead: the gradient is there, optax.set_to_zero() drops the branch's updates. Frozen
+    # tensors are not optimized: left out, the run optimizes fewer tensors than the reference
     labelled = l2(runs(jax_python, "jax_train.py", "--fault", "frozen_set_to_zero"), "jax-cpu", reference)
     c = labelled["optimizer_unchanged"]
-    assert c.status == "failed" and "optimizer sgd -> set_to_zero+sgd" in c.evidence, c.evidence
+    assert c.status == "failed" and "the reference optimizes 4 tensors, the run 2" in c.evidence, c.evidence
+    # round 16's charlm/benign_jax_frozen_mask_param: a constant the reference keeps as a buffer, ported as a
+    # parameter and frozen by set_to_zero, is the reference's computation: not a difference, and said so
+    extra = runs(jax_python, "jax_train.py", "--frozen-extra")
+    assert extra.probe["optimizers"][0]["no_grad"]["params"] == [], extra.probe["optimizers"][0]["no_grad"]
+    c = l2(extra, "jax-cpu", reference)["optimizer_unchanged"]
+    assert c.status == "passed", c.evidence
+    assert "1 tensor(s) frozen by optax.set_to_zero() are not optimized" in c.evidence, c.evidence
 
 
 @pytest.mark.slow

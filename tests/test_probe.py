@@ -103,6 +103,36 @@ def test_children_write_their_own_reports(tmp_path) -> None:
     assert sum((r.get("torch") or {}).get("forward_samples", 0) > 0 for r in merged["processes"]) == 3
 
 
+def test_a_forked_child_frees_nothing_the_parent_probe_held(tmp_path) -> None:
+    # round 16's regress/xla_worker_shards: DataLoader workers forked mid-training deadlocked on their first
+    # statement (both full runs, 0% CPU for 8 minutes; gdb: a worker's after-fork callback freeing an XLA tensor,
+    # whose destructor waits on torch_xla's graph-executor mutex, held by another thread of the parent at the fork).
+    # The probe's after-fork reset dropped what the parent held, gradient norms kept on the device among it. Nothing
+    # the parent's probe held may be freed in the child: a sentinel whose __del__ prints stands for the tensor
+    code = textwrap.dedent("""
+        import gc, os
+        import _ladder_probe as core
+        PARENT = os.getpid()
+        class Sentinel:
+            def __del__(self):
+                if os.getpid() != PARENT:
+                    print("freed in the child", flush=True)
+        core.grad_norms.values.append((1, Sentinel()))
+        core.report["optimizers"].append({"kept on the device": Sentinel()})
+        pid = os.fork()
+        if pid == 0:
+            gc.collect()
+            print("child ran", flush=True)
+            os._exit(0)
+        os.waitpid(pid, 0)
+        print("parent", len(core.grad_norms.values), flush=True)
+    """)
+    p = _run(sys.executable, code, tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert "child ran" in p.stdout and "parent 1" in p.stdout, p.stdout + p.stderr
+    assert "freed in the child" not in p.stdout, p.stdout
+
+
 @pytest.mark.slow
 def test_probe_errors_are_recorded_not_raised(tmp_path) -> None:
     # a bad option makes the probe fail when torch loads; training must not notice

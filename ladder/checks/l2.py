@@ -1209,6 +1209,24 @@ def _plain_name(name: Any) -> str | None:
     return ".".join(parts)
 
 
+def _unfrozen(opt: dict[str, Any]) -> tuple[dict[str, Any], list]:
+    """An optax optimizer without its groups that `optax.set_to_zero()` freezes: those tensors are not optimized
+    (the port's form of a torch buffer, such as a causal mask kept as a Flax param), so they are left out of the
+    comparison, their zero gradients too. Frozen tensors that stand for ones the reference trains leave the run
+    with fewer optimized tensors than the reference: still a difference. Returns (optimizer, frozen tensors)."""
+    groups = opt.get("param_groups") or []
+    frozen = [t for g in groups if g.get("name") == "set_to_zero" for t in g.get("tensors") or []]
+    if not frozen:
+        return opt, []
+    out = {**opt, "param_groups": [g for g in groups if g.get("name") != "set_to_zero"]}
+    out["name"] = "+".join(n for n in str(opt.get("name") or "").split("+") if n != "set_to_zero") or opt.get("name")
+    ng = opt.get("no_grad")
+    if isinstance(ng, dict) and ng.get("params"):
+        names = {str(t[0]) for t in frozen}
+        out["no_grad"] = {**ng, "params": [p for p in ng["params"] if str(p[0]) not in names]}
+    return out, frozen
+
+
 def untrained_difference(run_opt: dict[str, Any], ref_opt: dict[str, Any]) -> str | None:
     """Parameters the run's optimizer holds that never had a gradient at its first steps (torch skips them: no
     update, no decay) where the reference's had one: a gradient cut (a detach, a no_grad region, a reentrant
@@ -1294,6 +1312,11 @@ def optimizer_unchanged(ctx: CheckContext) -> CheckResult:
         notes += [f"replayed on the run's own gradients at steps {_windows_text(rep.measured['windows'])}: "
                   f"{rep.measured['sampled_tensors']} tensors, worst fit {rep.measured['worst_fit_score']:g} "
                   f"(at most {rep.measured['fit_score_max']:g}x float32 rounding)", *rep.notes]
+    mine[0], frozen = _unfrozen(mine[0])
+    theirs[0], _ = _unfrozen(theirs[0])
+    if frozen:
+        notes.append(f"{len(frozen)} tensor(s) frozen by optax.set_to_zero() are not optimized and are compared as "
+                     f"the reference's buffers are, left out: " + ", ".join(str(t[0]) for t in frozen[:4]))
     diffs = optimizer_diff(mine[0], theirs[0], ignore, notes) + replayed
     clip_ref = _max_norm(theirs[0])
     if diffs and ctx.options.get("parity"):  # a weight-decay difference parity shows moved into the loss

@@ -416,8 +416,32 @@ def _reset() -> None:
             record_error(f"{mod.__name__} reset", e)
 
 
+_inherited: list = []  # in a forked child: what the parent's probe held, kept referenced, never freed here
+
+
+def _held(x, depth: int = 0):
+    """x's containers copied (4 levels), their contents the same objects: holds every value a reset drops."""
+    if depth > 4:
+        return x
+    if isinstance(x, dict):
+        return {k: _held(v, depth + 1) for k, v in x.items()}
+    if isinstance(x, (list, tuple)) and not hasattr(x, "_fields"):
+        return [_held(v, depth + 1) for v in x]
+    return x
+
+
 def _after_fork_in_child() -> None:
-    # A forked child (multiprocessing 'fork') inherits the parent's state: start its own report.
+    """A forked child (multiprocessing 'fork', a DataLoader worker) inherits the parent's state: start its own
+    report. What the parent held stays referenced in the child, never freed: it includes device tensors (gradient
+    norms and update samples kept on the device until exit), and freeing one runs its framework's destructor, which
+    takes locks another thread of the parent may have held at the fork (torch_xla's graph executor: a DataLoader
+    worker forked mid-training deadlocked on its first statement, round 16's regress/xla_worker_shards)."""
+    try:
+        _inherited.append([_held(report), _held(vars(grad_norms)), _held(vars(clock)), _held(vars(reads))]
+                          + [_held({k: v for k, v in vars(m).items() if isinstance(v, (dict, list))})
+                             for m in _modules])
+    except Exception as e:
+        record_error("after fork", e)
     _reset()
 
 

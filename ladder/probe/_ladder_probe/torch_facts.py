@@ -406,6 +406,17 @@ def _window(module, training: bool) -> None:
         _close_window()
 
 
+def _trains(w: dict, optimizer) -> bool:
+    """Does this optimizer train the module whose eval mode opened the window? A copy kept in eval mode for the
+    evaluations (`copy.deepcopy(model).eval()`, its weights loaded before each) shares no parameter with it. The
+    window's parameter ids are taken once; the optimizer's are scanned until the first shared one."""
+    ids = w.get("param_ids")
+    if ids is None:
+        m = w["ref"]()
+        ids = w["param_ids"] = frozenset(id(p) for p in m.parameters()) if m is not None else frozenset()
+    return any(id(p) in ids for g in optimizer.param_groups for p in g.get("params", ()))
+
+
 def _close_window() -> None:
     w = _s["window"]
     if w is None:
@@ -639,6 +650,9 @@ def _optimizer_pre_hook(optimizer, args, kwargs):
             _s["clip"]["step"] = 0  # the backward passes' clock is taken over below, from step 0
         step = core.clock.tick("torch optimizer.step")
         w = _s["window"]
+        if w is not None and not _trains(w, optimizer):
+            _close_window()  # an evaluation copy left in eval mode (a twin, an EMA model): evaluation ends here
+            w = None
         if w is not None:  # a training step while a module is still in eval mode (model.train() not called back)
             ev = _s["steps_in_eval"]
             ev["steps"] += 1
