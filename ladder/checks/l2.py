@@ -1221,9 +1221,18 @@ def _unfrozen(opt: dict[str, Any]) -> tuple[dict[str, Any], list]:
     out = {**opt, "param_groups": [g for g in groups if g.get("name") != "set_to_zero"]}
     out["name"] = "+".join(n for n in str(opt.get("name") or "").split("+") if n != "set_to_zero") or opt.get("name")
     ng = opt.get("no_grad")
+    names = {str(t[0]) for t in frozen}
     if isinstance(ng, dict) and ng.get("params"):
-        names = {str(t[0]) for t in frozen}
         out["no_grad"] = {**ng, "params": [p for p in ng["params"] if str(p[0]) not in names]}
+        # a clip over the whole chain also counts the frozen tensors' elements: those whose gradient was exactly
+        # zero add nothing to its norm, so they are not counted as coverage either
+        zero = sum(int(p[2]) for p in ng["params"] if str(p[0]) in names)
+        cov = opt.get("clip_coverage")
+        if zero and isinstance(cov, dict) and cov.get("min_elements") is not None:
+            kept = sum(math.prod(int(d) for d in t[1]) for g in out["param_groups"] for t in g.get("tensors") or [])
+            excess = max(0, int(cov["min_elements"]) - kept)
+            out["clip_coverage"] = {**cov, "min_elements": int(cov["min_elements"]) - min(zero, excess),
+                                    "max_elements": int(cov.get("max_elements") or cov["min_elements"]) - min(zero, excess)}
     return out, frozen
 
 
