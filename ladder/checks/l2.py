@@ -408,7 +408,8 @@ def precision_difference(probe: dict[str, Any] | None, ref_probe: dict[str, Any]
     (sent, inputs, args), (rsent, rinputs, rargs) = _data_dtypes(probe), _data_dtypes(ref_probe)
     rounded = {d: n for d, n in sent.items() if d in HALF}
     full = rinputs | set(rargs)  # what the reference's model receives: torch's forward inputs, JAX's step data
-    if rounded and full and not (full | set(rsent)) & set(HALF):
+    ref_full_precision = bool(full) and not (full | set(rsent)) & set(HALF)
+    if rounded and ref_full_precision:
         # the TPU input-pipeline habit: batches sent as bfloat16 to halve the bytes, upcast on the device. The
         # model computes in float32 on data rounded to an 8-bit mantissa (the targets too): invisible in the
         # curves, a changed computation all the same
@@ -417,7 +418,7 @@ def precision_difference(probe: dict[str, Any] | None, ref_probe: dict[str, Any]
                    f", where the reference's model receives {', '.join(sorted(full))}: every value rounded on "
                    "the way" + (f" (the port's model then receives {', '.join(sorted(inputs))})" if inputs else ""))
     low_args = {d: n for d, n in args.items() if d in HALF}
-    if low_args and full and not (full | set(rsent)) & set(HALF):
+    if low_args and ref_full_precision:
         # the same habit in JAX: the batch put on the device as bfloat16 and upcast inside the jitted step, whose
         # matmuls then take float32 operands
         out.append("floating-point data passed to the training step in " +
@@ -917,11 +918,8 @@ def _max_norm(opt: dict[str, Any]) -> float | None:
         return None
 
 
-def clip_coverage(probe: dict[str, Any] | None, opt: dict[str, Any]) -> tuple[float, int, int] | None:
-    """(share, elements, the optimizer's elements): the smallest share of the optimizer's parameter elements one
-    call of torch's clip_grad_norm_ was given, the worst process's, or one clip of an optax optimizer takes its norm
-    over (a clip inside a multi_transform branch: that branch's parameters); None when the probe did not count them
-    (an older probe) or the optimizer's tensors are not all listed."""
+def _optimized_elements(opt: dict[str, Any]) -> int | None:
+    """The parameter elements of the optimizer's groups; None when its tensors are not all listed."""
     total = 0
     for g in opt.get("param_groups") or []:
         ts = g.get("tensors") or []
@@ -931,6 +929,17 @@ def clip_coverage(probe: dict[str, Any] | None, opt: dict[str, Any]) -> tuple[fl
             if not (isinstance(t, (list, tuple)) and len(t) > 1 and isinstance(t[1], list)):
                 return None
             total += math.prod(int(d) for d in t[1])
+    return total
+
+
+def clip_coverage(probe: dict[str, Any] | None, opt: dict[str, Any]) -> tuple[float, int, int] | None:
+    """(share, elements, the optimizer's elements): the smallest share of the optimizer's parameter elements one
+    call of torch's clip_grad_norm_ was given, the worst process's, or one clip of an optax optimizer takes its norm
+    over (a clip inside a multi_transform branch: that branch's parameters); None when the probe did not count them
+    (an older probe) or the optimizer's tensors are not all listed."""
+    total = _optimized_elements(opt)
+    if total is None:
+        return None
     worst: tuple[float, int, int] | None = None
     counted = [opt.get("clip_coverage") or {}] if opt.get("framework") == "optax" else [
         (p.get("torch") or {}).get("clip_coverage") or {} for p in (probe or {}).get("processes") or []]
@@ -1228,11 +1237,11 @@ def _unfrozen(opt: dict[str, Any]) -> tuple[dict[str, Any], list]:
         # zero add nothing to its norm, so they are not counted as coverage either
         zero = sum(int(p[2]) for p in ng["params"] if str(p[0]) in names)
         cov = opt.get("clip_coverage")
-        if zero and isinstance(cov, dict) and cov.get("min_elements") is not None:
-            kept = sum(math.prod(int(d) for d in t[1]) for g in out["param_groups"] for t in g.get("tensors") or [])
-            excess = max(0, int(cov["min_elements"]) - kept)
-            out["clip_coverage"] = {**cov, "min_elements": int(cov["min_elements"]) - min(zero, excess),
-                                    "max_elements": int(cov.get("max_elements") or cov["min_elements"]) - min(zero, excess)}
+        if zero and isinstance(cov, dict) and cov.get("min_elements") is not None and (
+                kept := _optimized_elements(out)) is not None:
+            cut = min(zero, max(0, int(cov["min_elements"]) - kept))
+            out["clip_coverage"] = {**cov, "min_elements": int(cov["min_elements"]) - cut,
+                                    "max_elements": int(cov.get("max_elements") or cov["min_elements"]) - cut}
     return out, frozen
 
 

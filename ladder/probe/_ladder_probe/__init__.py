@@ -284,6 +284,7 @@ class GradNorms:
 
 grad_norms = GradNorms()
 MAX_GRAD_NORMS = 5000
+NO_GRAD_STEPS = 6  # the optimizer's first updates at which parameters without a gradient are noted (torch, optax)
 
 
 def optimizer_record(rec: dict) -> dict:

@@ -149,7 +149,7 @@ class Traced:
         # out_shardings given (flax's nnx.jit always passes a tuple of them): the output is always an Aux and the
         # shardings its prefix, the probe's outputs left unconstrained; the program's outputs keep theirs
         self._wrap_out = kind == "jit" and "out_shardings" in kwargs
-        self._aux_ok = self._wrap_out or kind == "jit" or kwargs.get("out_axes", 0) == 0
+        self._aux_ok = kind == "jit" or kwargs.get("out_axes", 0) == 0
         jit_kwargs = dict(kwargs)
         if self._wrap_out:
             jit_kwargs["out_shardings"] = Aux(kwargs["out_shardings"], None, None, None)

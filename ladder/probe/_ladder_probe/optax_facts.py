@@ -15,6 +15,7 @@ Nothing is added to a step that jax_facts does not trace: an eager update record
 from __future__ import annotations
 
 import functools
+import math
 import sys
 import threading
 from collections.abc import Mapping
@@ -212,7 +213,6 @@ def _counts(node, out: list, jnp, depth: int) -> None:
                 _counts(v, out, jnp, depth + 1)
 
 
-_NO_GRAD_STEPS = 6  # the updates at which gradient leaves identically zero are noted (torch_facts' window)
 _zero: dict = {}  # the leaves of the gradient whose zero flags go out with the norms: meta, and the optimizer record
 
 
@@ -227,25 +227,21 @@ def _zero_leaves(desc: dict, updates):
     if not leaves:
         return None
     if not _zero and desc.get("record") is not None:
-        meta = []
-        for path, x in leaves:
-            n = 1
-            for d in x.shape:
-                n *= int(d)
-            meta.append([jax.tree_util.keystr(path), [int(d) for d in x.shape], n])
+        meta = [[jax.tree_util.keystr(path), [int(d) for d in x.shape], math.prod(int(d) for d in x.shape)]
+                for path, x in leaves]
         _zero.update(meta=meta, record=desc["record"])
     return jnp.stack([jnp.all(x == 0) for _, x in leaves])
 
 
 def note_zero_gradients(rows: list) -> None:
-    """The flags of the first _NO_GRAD_STEPS recorded updates, read back at exit (jax_facts' collect): the leaves
+    """The flags of the first core.NO_GRAD_STEPS recorded updates, read back at exit (jax_facts' collect): the leaves
     zero at every one of them go into the optimizer record's `no_grad`, in torch_facts' form, `test` saying how."""
     np = sys.modules.get("numpy")
     if not _zero or np is None:
         return
     meta = _zero["meta"]
     flags = []
-    for _, v in sorted(rows, key=lambda r: r[0])[:_NO_GRAD_STEPS]:
+    for _, v in sorted(rows, key=lambda r: r[0])[:core.NO_GRAD_STEPS]:
         v = np.asarray(v)
         v = v[0] if v.ndim == 2 else v  # pmap: one row per device, the gradients averaged across them
         if v.shape == (len(meta),):

@@ -712,12 +712,9 @@ def _optimizer_pre_hook(optimizer, args, kwargs):
         core.record_error("optimizer hook", e)
 
 
-_NO_GRAD_STEPS = 6  # the optimizer's first steps at which parameters without a gradient are noted
-
-
 def _note_no_grad(rec: dict, optimizer, names: dict | None = None) -> None:
     """The optimizer's parameters that reach its step with no gradient (.grad None) at every one of its first
-    _NO_GRAD_STEPS steps: torch optimizers skip them (no update, no decay), so they are not trained. An attribute
+    core.NO_GRAD_STEPS steps: torch optimizers skip them (no update, no decay), so they are not trained. An attribute
     test per parameter; no tensor is read."""
     try:
         record = rec["record"]
@@ -729,7 +726,7 @@ def _note_no_grad(rec: dict, optimizer, names: dict | None = None) -> None:
             record["no_grad"] = {"steps": 0, "tensors": len(params), "values": sum(m[2] for m in rec["_ng"]["meta"]),
                                  "params": []}
         ng, out = rec["_ng"], record["no_grad"]
-        if out["steps"] >= _NO_GRAD_STEPS or not ng["never"]:
+        if out["steps"] >= core.NO_GRAD_STEPS or not ng["never"]:
             return  # judged: the window is over, or every parameter has had a gradient
         refs = ng["refs"]
         ng["never"] = [i for i in ng["never"] if refs[i]() is None or refs[i]().grad is None]
