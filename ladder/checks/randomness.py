@@ -24,6 +24,7 @@ JAX random numbers while training has nothing to judge: not_applicable.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from ladder.checks import CheckContext, not_checked, register
@@ -61,6 +62,69 @@ def repeats(facts: dict[str, Any] | None, min_calls: int, rebuilds: list[int] | 
                        f"{again} training steps ({h['reused']} of {h['calls']} calls reuse a key): the same draw, "
                        "e.g. the same data order every epoch")
     return out
+
+
+MIN_BATCHES = 20  # fingerprinted training inputs a process needs before its repeats are judged
+
+
+def batch_repeats(probe: dict[str, Any] | None) -> dict[str, Any] | None:
+    """How often the run trains on an input it has already trained on (ladder/probe/_ladder_probe/batches.py: a
+    hash of each training forward's or step's data): the process that repeats the largest share, with its first
+    repeat; None when no process fingerprinted enough inputs (data made on the device is not read back)."""
+    worst = None
+    for b in (probe or {}).get("batches") or []:
+        fps = b.get("fps") or []
+        if len(fps) < MIN_BATCHES:
+            continue
+        seen: dict[str, int] = {}
+        repeats, first = 0, None
+        for step, fp in fps:
+            if fp in seen:
+                repeats += 1
+                if first is None:
+                    first = [seen[fp], step]
+            else:
+                seen[fp] = step
+        stat = {"inputs": len(fps), "repeats": repeats, "share": repeats / len(fps), "first": first,
+                "pid": b.get("pid"), "sources": b.get("sources") or {}, "unmeasured": b.get("unmeasured", 0)}
+        if worst is None or stat["share"] > worst["share"]:
+            worst = stat
+    return worst
+
+
+def repeated_batches(run_probe: dict[str, Any] | None, ref_probe: dict[str, Any] | None,
+                     excess: float) -> tuple[str | None, dict[str, Any]]:
+    """Whether the run trains on repeated inputs more often than the reference: its share of repeats above the
+    reference's by more than `excess` plus three binomial standard errors of the reference's share (a reference
+    that samples with replacement from small data repeats by chance, and so may its port). Returns (why, measured);
+    why is None when it does not, or when either side is unmeasured."""
+    mine, theirs = batch_repeats(run_probe), batch_repeats(ref_probe)
+    measured: dict[str, Any] = {"batches": mine, "reference_batches": theirs}
+    if mine is None or theirs is None:
+        return None, measured
+    p = theirs["share"]
+    bound = p + excess + 3 * math.sqrt(p * (1 - p) / mine["inputs"])
+    measured["batch_repeat_bound"] = round(bound, 4)
+    if mine["share"] <= bound:
+        return None, measured
+    first = mine["first"] or ["?", "?"]
+    return (f"the run trains on an input it has already trained on {mine['repeats']} times in {mine['inputs']} "
+            f"training inputs ({mine['share']:.0%}; the first at step {first[1]}, the input of step {first[0]} "
+            f"again), the reference {theirs['repeats']} in {theirs['inputs']} ({p:.0%}; at most {bound:.0%} "
+            "allowed): the same batch given twice (data-loader workers seeded alike, a dataset every worker yields "
+            "whole, a prefetched batch used again), so the run sees less of the data"), measured
+
+
+def _batch_words(measured: dict[str, Any]) -> str:
+    mine, theirs = measured.get("batches"), measured.get("reference_batches")
+    if mine is None and theirs is None:
+        return ""
+    if mine is None or theirs is None:
+        side = "the run" if mine is None else "the reference"
+        return (f"; repeated batches not compared: {side} fingerprinted fewer than {MIN_BATCHES} training inputs "
+                "(data made on the device is not read back)")
+    return (f"; repeated training inputs {mine['repeats']}/{mine['inputs']}, the reference "
+            f"{theirs['repeats']}/{theirs['inputs']}")
 
 
 def _rebuild_steps(probe: dict[str, Any] | None) -> list[int]:
@@ -193,18 +257,28 @@ def randomness(ctx: CheckContext) -> CheckResult:
         return CheckResult(level="L1", name=NAME, status="failed", measured={"seeded": False},
                            threshold={"seeded": True}, evidence=unseeded_why,
                            details={"run": {k: sorted(v) for k, v in seeding.items()}})
+    ref = ctx.reference()
+    batch_why, batch = repeated_batches(probe, ref.probe if ref is not None else None,
+                                        ctx.protocol.l1.batch_repeat_excess)
+    if batch_why:
+        return CheckResult(level="L1", name=NAME, status="failed", measured=batch,
+                           threshold={"batch_repeat_share": batch["batch_repeat_bound"]}, evidence=batch_why)
     if facts is None:
+        if batch.get("batches") is not None and batch.get("reference_batches") is not None:
+            return CheckResult(level="L1", name=NAME, status="passed", measured=batch,
+                               threshold={"batch_repeat_share": batch["batch_repeat_bound"]},
+                               evidence="no JAX random numbers drawn while training" + _batch_words(batch))
         return CheckResult(level="L1", name=NAME, status="not_applicable",
                            evidence="the run drew no JAX random numbers while training (torch's generators advance "
-                                    "by themselves; initialisation and evaluation draws are the program's choice)")
+                                    "by themselves; initialisation and evaluation draws are the program's choice)"
+                                    + _batch_words(batch))
     min_calls = ctx.protocol.l1.random_repeat_calls
-    ref = ctx.reference()
     again: list[str] = []
     mine = repeats(facts, min_calls, _rebuild_steps(probe), again)
     theirs = repeats(_facts(ref.probe if ref is not None else None), min_calls,
                      _rebuild_steps(ref.probe if ref is not None else None))
     measured = {"step_draws": len(facts.get("step_draws") or []), "host_draw_sites": len(facts.get("host_draws") or []),
-                "repeats": len(mine), "reference_repeats": len(theirs)}
+                "repeats": len(mine), "reference_repeats": len(theirs), **batch}
     details = {"run": facts, "reference": _facts(ref.probe if ref is not None else None)}
     if len(mine) > len(theirs):
         return CheckResult(level="L1", name=NAME, status="failed", measured=measured,
@@ -217,5 +291,6 @@ def randomness(ctx: CheckContext) -> CheckResult:
                        evidence=f"{n} random draw site(s) while training, each with a new key per step"
                                 + (f"; the reference repeats as much: {theirs[0]}" if theirs else "")
                                 + (f"; the initial draws at {', '.join(again[:3])} made again where the optimizer was "
-                                   "built anew (a checkpoint resumed into a fresh model)" if again else ""),
+                                   "built anew (a checkpoint resumed into a fresh model)" if again else "")
+                                + _batch_words(batch),
                        details=details)

@@ -41,6 +41,7 @@ class L1Rules(_Section):
     trend_flat_tol: float
     trend_near_flat: float
     random_repeat_calls: int
+    batch_repeat_excess: float = 0.05
     same_seed_start_tol: float
     same_seed_max_drift: float
     same_seed_factor: float

@@ -250,6 +250,7 @@ def merge_reports(out_dir: Path, rules: "L2Rules | None" = None) -> dict[str, An
         "grad_norms": (main.get("grad_norms") or None),
         "seed": main.get("seed"),
         "random": _random(reports),
+        "batches": [{**r["batches"], "pid": r.get("pid")} for r in reports if r.get("batches")],
         "errors": errors,
         "processes": reports,
     }

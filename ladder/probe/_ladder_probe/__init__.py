@@ -2,7 +2,7 @@
 post-import hooks and the report written at exit.
 
 Owns: what every framework module shares. Each stack's facts live in its own module (`torch_facts`,
-`xla_facts`, `jax_facts`, `optax_facts`, `seed`), behind one small interface:
+`xla_facts`, `jax_facts`, `optax_facts`, `seed`, `batches`), behind one small interface:
     HOOKS: {module name: function(module)}   run once the user's program has imported that module
     reset(): None                            start from nothing (at install, and in a forked child)
     snapshot(): dict                         its section of the report, read once at exit
@@ -489,9 +489,9 @@ def install() -> None:
     t0 = time.perf_counter()
     opts.clear()
     opts.update(_read_options())
-    from _ladder_probe import integrity, jax_facts, optax_facts, seed, torch_facts, xla_facts
+    from _ladder_probe import batches, integrity, jax_facts, optax_facts, seed, torch_facts, xla_facts
 
-    _modules[:] = [torch_facts, xla_facts, jax_facts, optax_facts, seed, integrity]
+    _modules[:] = [torch_facts, xla_facts, jax_facts, optax_facts, seed, batches, integrity]
     _reset()
     hooks: dict = {"multiprocessing.util": [guard("multiprocessing hook")(_on_mp_util)]}
     for mod in _modules:

@@ -28,6 +28,7 @@ import threading
 import time
 
 import _ladder_probe as core
+from _ladder_probe import batches
 
 SNAPSHOT_ORDER = 1
 _MAX_BY_STEP = 5000
@@ -239,6 +240,11 @@ class Traced:
             rec["calls"] += 1
             if _is_step(rec) and not ticked:  # learnt while tracing this first call
                 core.clock.tick("jax training step")
+            if _is_step(rec):
+                try:
+                    _note_batch(rec, args, kwargs)
+                except Exception as e:
+                    core.record_error("jax batch fingerprint", e)
             if not _is_step(rec):
                 b = rec["by_step"].get(core.clock.step)
                 if b is None and len(rec["by_step"]) < _MAX_BY_STEP:
@@ -321,16 +327,61 @@ def _note_data_dtypes(rec: dict, box: Box, args, kwargs) -> None:
     ids = {id(x) for x in params}
     shapes = {tuple(getattr(x, "shape", ())) for x in params}
     seen = rec.setdefault("data_dtypes", {})
-    for arg in (*args, *kwargs.values()):
+    where = []  # the data arguments' places: positions, then keywords (their values are fingerprinted per call)
+    for place, arg in (*enumerate(args), *kwargs.items()):
         leaves = jax.tree_util.tree_leaves(arg)
         if any(id(x) in ids for x in leaves):
             continue
         floats = [x for x in leaves if getattr(x, "dtype", None) is not None and jnp.issubdtype(x.dtype, jnp.floating)]
         if len(floats) >= 2 and all(tuple(x.shape) in shapes for x in floats):
             continue
+        where.append(place)
         for x in floats:
             d = str(x.dtype)
             seen[d] = seen.get(d, 0) + 1
+    rec["data_args"] = where
+
+
+def _note_batch(rec: dict, args, kwargs) -> None:
+    """A training step's data arguments, fingerprinted (batches.py) from host memory: numpy arrays, JAX arrays on the
+    CPU backend, or arrays the probe saw `jax.device_put` copy from the host. Nothing is read from an accelerator."""
+    where = rec.get("data_args")
+    if not where:
+        return
+    jax = sys.modules["jax"]
+    parts = []
+    for place in where:
+        if isinstance(place, int) and place >= len(args):
+            continue
+        arg = args[place] if isinstance(place, int) else kwargs.get(place)
+        for x in jax.tree_util.tree_leaves(arg):
+            if int(getattr(x, "size", 0) or 0) < batches.MIN_SIZE or _is_key(jax, x):
+                continue
+            part = batches.copied_part(x)
+            if part is None:
+                if type(x).__module__.startswith("numpy"):
+                    part = batches.numpy_part(x)
+                elif all(getattr(d, "platform", "") == "cpu" for d in _devices(x)) and not x.is_deleted():
+                    import numpy as np
+
+                    with core.quiet():
+                        part = batches.numpy_part(np.asarray(x))
+            parts.append(part)
+    batches.note(parts, "jax step", core.clock.step)  # ticked before the call
+
+
+def _devices(x) -> set:
+    try:
+        return set(x.devices())
+    except Exception:
+        return {None}
+
+
+def _is_key(jax, x) -> bool:
+    try:
+        return bool(jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key))
+    except Exception:
+        return False
 
 
 def _is_step(rec: dict) -> bool:
@@ -866,6 +917,7 @@ def on_jax(jax) -> None:
     _register_aux(jax)
     _wrap_transform(jax, "jit", "jit")
     _wrap_pmap(jax)
+    _wrap_device_put(jax)
     for name in ("grad", "value_and_grad"):
         _wrap_grad(jax, name)
     try:
@@ -884,6 +936,28 @@ def on_jax(jax) -> None:
 
 
 HOOKS = {"jax": on_jax}
+
+
+def _wrap_device_put(jax) -> None:
+    """`jax.device_put` of host data (numpy leaves): each device array is remembered with its source's fingerprint
+    (batches.py), so a batch prefetched to an accelerator is known when a training step takes it."""
+    orig = getattr(jax, "device_put", None)
+    if orig is None or getattr(orig, "_ladder_wrapped", False):
+        return
+
+    def device_put(x, *args, **kwargs):
+        out = orig(x, *args, **kwargs)
+        try:
+            src, dst = jax.tree_util.tree_leaves(x), jax.tree_util.tree_leaves(out)
+            if len(src) == len(dst):
+                for a, b in zip(src, dst):
+                    if type(a).__module__.startswith("numpy") and b is not a:
+                        batches.remember_copy(b, batches.numpy_part(a))
+        except Exception as e:  # never into the program
+            core.record_error("jax transfer fingerprint", e)
+        return out
+
+    core.replace(jax, "device_put", device_put, orig)
 
 
 def snapshot() -> dict:

@@ -19,6 +19,7 @@ import time
 import weakref
 
 import _ladder_probe as core
+from _ladder_probe import batches
 
 SNAPSHOT_ORDER = 2
 _READ_METHODS = ("item", "tolist", "numpy", "cpu", "__float__", "__int__", "__bool__", "__index__")
@@ -221,6 +222,12 @@ def _wrap_host_copies(torch) -> None:
                         h2d[d] = h2d.get(d, 0) + 1
                 except Exception as e:  # never into the program
                     core.record_error("transfer dtype", e)
+            if not _IS_COMPILING[0]() and self.is_cpu and out is not self:
+                try:
+                    if out.device.type not in ("cpu", "meta"):
+                        batches.remember_copy(out, batches.torch_part(self))  # its input fingerprint, from the host
+                except Exception as e:  # never into the program
+                    core.record_error("transfer fingerprint", e)
             return out
         return to
 
@@ -562,6 +569,8 @@ def _forward_pre_hook(module, args):
         if n > _s["root_params"] or (dead and n >= _s["root_params"]):
             # the outermost module: the one whose parameters are named for the report
             _s["root"], _s["root_params"] = weakref.ref(module, _root_died), n
+            _watch_batches(module)
+            _batch_hook(module, args, {})  # this call's hooks were gathered before the new hook: its input now
         idev, idt = _s["input_devices"], _s["input_dtypes"]
         for a in args[:8] if isinstance(args, tuple) else ():
             d = getattr(getattr(a, "device", None), "type", None)
@@ -584,6 +593,39 @@ def _forward_pre_hook(module, args):
             _s["fwd_handle"] = None
     except Exception as e:
         core.record_error("forward hook", e)
+    return None
+
+
+def _watch_batches(module) -> None:
+    """Fingerprint the inputs of the model's training forward calls (batches.py), with a hook on that module alone:
+    every other module keeps its fast path. Moves to a new model when the root changes."""
+    try:
+        old = _s.get("batch_hook")
+        if old is not None:
+            old.remove()
+        _s["batch_hook"] = module.register_forward_pre_hook(_batch_hook, with_kwargs=True)
+    except Exception as e:
+        core.record_error("batch hook", e)
+
+
+def _batch_hook(module, args, kwargs):
+    if _IS_COMPILING[0]() or not module.training or core.clock.eval or core.clock.in_step:
+        return None
+    try:
+        import torch
+
+        if not torch.is_grad_enabled():
+            return None  # a forward under no_grad in train mode: an evaluation that kept the mode
+        Tensor, parts = torch.Tensor, []
+        for t in (*(args[:4] if isinstance(args, tuple) else ()), *list((kwargs or {}).values())[:4]):
+            if not isinstance(t, Tensor):
+                continue
+            if t.numel() < batches.MIN_SIZE:
+                continue
+            parts.append(batches.torch_part(t) if t.is_cpu else batches.copied_part(t))
+        batches.note(parts, "torch forward", core.clock.step + 1)  # before the step's optimizer.step ticks the clock
+    except Exception as e:
+        core.record_error("batch hook", e)
     return None
 
 

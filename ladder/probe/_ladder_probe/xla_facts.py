@@ -22,11 +22,40 @@ def on_torch_xla(torch_xla) -> None:
     from _ladder_probe import torch_facts
 
     torch_facts.wrap_clip()  # torch_xla has just put its own clip_grad_norm_ in place
+    _wrap_host_to_device(torch_xla)
     # torch_xla registered its exit handler while importing; ours, registered now, runs before it.
     atexit.register(core.finalise)
 
 
 HOOKS = {"torch_xla": on_torch_xla}
+
+
+def _wrap_host_to_device(torch_xla) -> None:
+    """MpDeviceLoader / ParallelLoader (and xm.send_cpu_data_to_device) copy host batches to the device through
+    `_XLAC._xla_tensors_from_aten`, not `Tensor.to`: each copy is remembered with its host source's fingerprint
+    (batches.py), for the model's forward call that takes it."""
+    from _ladder_probe import batches
+
+    xlac = getattr(torch_xla, "_XLAC", None)
+    orig = getattr(xlac, "_xla_tensors_from_aten", None)
+    if orig is None or getattr(orig, "_ladder_wrapped", False):
+        return
+
+    def _xla_tensors_from_aten(tensors, *args, **kwargs):
+        out = orig(tensors, *args, **kwargs)
+        try:
+            for src, dst in zip(tensors, out):
+                batches.remember_copy(dst, batches.torch_part(src))
+        except Exception as e:  # never into the program
+            core.record_error("xla transfer fingerprint", e)
+        return out
+
+    _xla_tensors_from_aten._ladder_wrapped = True
+    _xla_tensors_from_aten.__wrapped__ = orig
+    try:
+        xlac._xla_tensors_from_aten = _xla_tensors_from_aten
+    except Exception as e:
+        core.record_error("xla transfer hook", e)
 
 
 def _metric(met, name: str, keep: int) -> dict | None:

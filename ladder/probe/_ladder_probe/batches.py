@@ -1,0 +1,117 @@
+"""Batch fingerprints: which data each training forward (torch) or training step (JAX) is given, as a short hash
+of a strided sample of each input's bytes, so that a run that trains on the same batch twice (DataLoader workers
+seeded alike, an iterable dataset every worker yields whole, a prefetched batch used again) can be told from one
+that draws a new batch each step (ladder.checks.randomness compares the repeats with the reference's).
+
+Only values already in host memory are hashed: a CPU tensor or numpy array, a JAX array on the CPU backend, or a
+device tensor the probe saw being copied from the host (`Tensor.to`, torch_xla's `_xla_tensors_from_aten` under
+MpDeviceLoader, `jax.device_put`), which is hashed from its host source at the copy. A device value made on the
+device is not read back (that would add a transfer and, on XLA, change the graph): such an input counts as
+unmeasured. At most MAX_SAMPLE elements of each input are hashed, so the cost does not grow with the batch.
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import threading
+
+import _ladder_probe as core
+
+MAX_FPS = 3000  # fingerprints kept per process (the first ones: a short run is judged)
+MAX_SAMPLE = 4096  # elements hashed per input, strided over the whole input
+MIN_SIZE = 16  # inputs with fewer elements (a step number, a key, a learning rate) are not data
+_MAX_COPIES = 256  # device copies remembered with their host source's hash (the most recent)
+
+_s: dict = {}
+_lock = threading.Lock()
+
+
+def reset() -> None:
+    _s.clear()
+    _s.update(fps=[], sources={}, unmeasured=0, copies=collections.OrderedDict())
+
+
+reset()
+
+
+def numpy_part(a) -> bytes | None:
+    """The hashed bytes of a numpy array: its shape, dtype and a strided sample of its elements."""
+    size = int(getattr(a, "size", 0))
+    if size < MIN_SIZE:
+        return None
+    flat = a.reshape(-1)
+    sample = flat[::max(1, size // MAX_SAMPLE)][:MAX_SAMPLE]
+    return repr((tuple(a.shape), str(a.dtype))).encode() + sample.tobytes()
+
+
+def torch_part(t) -> bytes | None:
+    """The same for a CPU tensor (any dtype: the sample's bytes are viewed as uint8)."""
+    size = t.numel()
+    if size < MIN_SIZE:
+        return None
+    import torch
+
+    flat = t.detach().reshape(-1)
+    sample = flat[::max(1, size // MAX_SAMPLE)][:MAX_SAMPLE].contiguous()
+    with core.quiet():
+        raw = sample.view(torch.uint8).numpy().tobytes()
+    return repr((tuple(t.shape), str(t.dtype))).encode() + raw
+
+
+def remember_copy(dev_value, part: bytes | None) -> None:
+    """A device value copied from host data whose hashed bytes are `part`: looked up when it is an input."""
+    if part is None:
+        return
+    try:
+        import weakref
+
+        ref = weakref.ref(dev_value)
+    except TypeError:
+        ref = None  # not weakly referenceable: the id alone (checked against nothing)
+    with _lock:
+        copies = _s["copies"]
+        copies[id(dev_value)] = (ref, part)
+        copies.move_to_end(id(dev_value))
+        while len(copies) > _MAX_COPIES:
+            copies.popitem(last=False)
+
+
+def copied_part(dev_value) -> bytes | None:
+    hit = _s["copies"].get(id(dev_value))
+    if hit is None:
+        return None
+    ref, part = hit
+    if ref is not None and ref() is not dev_value:
+        return None  # another value now has that id
+    return part
+
+
+def note(parts: list, source: str, step: int) -> None:
+    """One training input of training step `step`: the hashed parts of its values. One value that could not be
+    measured (None) leaves the whole input unmeasured: the values measured may be the constant ones (a mask, the
+    positions) beside a batch made on the device, and alone they would read as the same input every step."""
+    try:
+        if not parts:
+            return
+        if any(p is None for p in parts):
+            _s["unmeasured"] += 1
+            return
+        fps = _s["fps"]
+        if len(fps) >= MAX_FPS:
+            return
+        h = hashlib.blake2b(digest_size=8)
+        for p in parts:
+            h.update(len(p).to_bytes(8, "little"))
+            h.update(p)
+        fps.append([step, h.hexdigest()])
+        _s["sources"][source] = _s["sources"].get(source, 0) + 1
+    except Exception as e:  # never into the program
+        core.record_error("batch fingerprint", e)
+
+
+def snapshot() -> dict:
+    if not _s["fps"] and not _s["unmeasured"]:
+        return {}
+    return {"batches": {"fps": list(_s["fps"]), "sources": dict(_s["sources"]), "unmeasured": _s["unmeasured"],
+                        "max_fps": MAX_FPS}}
