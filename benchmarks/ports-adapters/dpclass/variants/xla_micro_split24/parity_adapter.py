@@ -1,0 +1,1 @@
+../xla_microbatch_accum4/parity_adapter.py
