@@ -959,6 +959,34 @@ def test_a_batch_trained_on_twice_fails_randomness(runs, torch_python, request, 
     assert check(fault, fault).status == "passed"
 
 
+def test_a_loader_shuffling_with_a_generator_never_seeded_fails_randomness(runs, torch_python) -> None:
+    # round 17's regress/fault_xla_loader_generator_unseeded: DataLoader(shuffle=True, generator=torch.Generator())
+    # with the generator never seeded: it starts from torch's fixed default seed, so every run at every seed
+    # trains in the same order, and at one seed that looks like another order stream
+    from ladder.checks.randomness import randomness
+
+    def first_rows(mode: str, seed: int) -> str:
+        p = subprocess.run([torch_python, str(FIX / "loader_train.py"), "--shuffle-generator", mode, "--seed",
+                            str(seed), "--steps", "1"], capture_output=True, text=True, check=True,
+                           env={**os.environ, **TARGET_ENV})
+        return next(line for line in p.stdout.splitlines() if line.startswith("first rows"))
+
+    assert first_rows("unseeded", 1) == first_rows("unseeded", 2)  # the fault really happens
+    assert first_rows("seeded", 1) != first_rows("seeded", 2)
+
+    def check(run: RunRecord, ref: RunRecord) -> CheckResult:
+        return randomness(CheckContext(run=run, protocol=load_protocol(), baseline=_baseline(ref)))
+
+    reference = runs(torch_python, "loader_train.py")  # its order from generators seeded with (seed, epoch)
+    ok = check(runs(torch_python, "loader_train.py", "--shuffle-generator", "seeded"), reference)
+    assert ok.status == "passed", ok.evidence
+    fault = runs(torch_python, "loader_train.py", "--shuffle-generator", "unseeded")
+    c = check(fault, reference)
+    assert c.status == "failed" and "the same at every seed" in c.evidence, c.evidence
+    assert "RandomSampler shuffles with a torch.Generator() never seeded (iterated at loader_train.py:" in c.evidence
+    assert check(fault, fault).status == "passed"  # relative: a reference that does the same is not blamed
+
+
 @pytest.mark.slow
 @pytest.mark.jax
 def test_host_draws_no_seed_controls_fail_randomness_on_a_jax_port(runs, jax_python, torch_python) -> None:

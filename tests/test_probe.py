@@ -133,6 +133,38 @@ def test_a_forked_child_frees_nothing_the_parent_probe_held(tmp_path) -> None:
     assert "freed in the child" not in p.stdout, p.stdout
 
 
+def test_batch_fingerprints_read_host_tensors_of_any_dtype_without_counting_a_read(tmp_path) -> None:
+    # the fingerprint reads a CPU tensor through torch's own numpy (the probe's counted `.numpy()` is not the
+    # program's read), bfloat16 as int16 and a tensor that requires grad included; equal values give equal parts,
+    # another value another part; inputs are sampled to MAX_SAMPLE elements, strided over the whole input
+    code = textwrap.dedent("""
+        import torch
+        import _ladder_probe as core
+        from _ladder_probe import batches
+        x = torch.randn(64, 16)
+        big = torch.arange(10 ** 6, dtype=torch.float32)
+        late = big.clone()
+        late[976 * 500] = -1.0  # an element the strided sample holds (stride 10**6 // 1024 = 976)
+        cases = []
+        for t in (x, x.bfloat16(), x.double(), x.clone().requires_grad_(), x.t(), x[:, ::2]):
+            c = t.detach().clone()
+            with torch.no_grad():
+                c[0, 0] += 1
+            cases.append((t, t.detach().clone(), c))
+        before = core.reads.total
+        for t, same, other in cases:
+            a = batches.torch_part(t)
+            assert a is not None and a == batches.torch_part(same) and a != batches.torch_part(other), t.dtype
+        part = batches.torch_part(big)
+        assert len(part) < 4 * batches.MAX_SAMPLE + 100, len(part)
+        assert batches.torch_part(late) != part
+        print("reads", core.reads.total - before)
+    """)
+    p = _run(sys.executable, code, tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert "reads 0" in p.stdout, p.stdout
+
+
 @pytest.mark.slow
 def test_probe_errors_are_recorded_not_raised(tmp_path) -> None:
     # a bad option makes the probe fail when torch loads; training must not notice

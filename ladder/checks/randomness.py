@@ -15,7 +15,9 @@ initialisation repeated.
 A port may also draw numbers no seed controls at all: numpy's or Python's global generator drawn from and never
 seeded, or a generator the program sets from OS entropy (`np.random.default_rng()`); its data order is new in
 every run, so two runs at the same seed differ while each looks like another seed. The probe reports both
-(ladder/probe/_ladder_probe/seed.py); the run fails for such draws the reference does not make.
+(ladder/probe/_ladder_probe/seed.py); the run fails for such draws the reference does not make. The opposite, a
+data order no seed changes, fails the same way: a DataLoader shuffling with a `torch.Generator()` never seeded
+(torch's fixed default seed) gives every run at every seed the same order.
 
 Relative to the reference: a repeat the reference's own run makes as well is not the port's. A torch
 reference has no keys (its generators advance by themselves), so it repeats nothing. A run that drew no
@@ -190,6 +192,18 @@ def entropy_draws(probe: dict[str, Any] | None) -> dict[str, str]:
     return out
 
 
+def constant_orders(probe: dict[str, Any] | None) -> dict[str, str]:
+    """The data orders this run draws from a generator the program made and never seeded: a DataLoader that
+    shuffles with `torch.Generator()` (which starts from torch's fixed default seed, whatever torch.manual_seed
+    said), each with where the probe saw it."""
+    out: dict[str, str] = {}
+    for p in (probe or {}).get("processes") or []:
+        for label, c in ((p.get("seed") or {}).get("constant") or {}).items():
+            out.setdefault(label, f"a DataLoader's {c.get('sampler', 'sampler')} shuffles with a {label}() never "
+                                  f"seeded (iterated at {c.get('site', '?')}, {c.get('calls', 1)} epoch(s))")
+    return out
+
+
 def _may_draw_unseeded(probe: dict[str, Any] | None) -> set[str]:
     """What the reference may draw with no seed: its own entropy draws and, where its probe did not watch the
     global generators' draws (an older probe), each one it drew from, or may have, in a process that never seeds
@@ -243,6 +257,13 @@ the probe followed from the seed option through arithmetic, as in PRNGKey(seed +
         return (f"the run draws random numbers no seed controls, where the reference does not: "
                 f"{'; '.join(fresh.values())}. What they decide (the data order, a noise sample) is new OS entropy "
                 "in every run: two runs at the same seed differ, and each looks like another seed"), values
+    constant = {label: why for label, why in constant_orders(run.probe).items()
+                if label not in constant_orders(ref.probe if ref is not None else None)}
+    if constant:
+        return (f"the run's data order is the same at every seed, where the reference's follows its seed: "
+                f"{'; '.join(constant.values())}. A new torch.Generator starts from torch's fixed default seed "
+                "(67280421310721) whatever torch.manual_seed said: seed it from the run's seed "
+                "(torch.Generator().manual_seed(seed)) or leave generator=None"), values
     return None, values
 
 

@@ -346,7 +346,7 @@ def _note_batch(rec: dict, args, kwargs) -> None:
     """A training step's data arguments, fingerprinted (batches.py) from host memory: numpy arrays, JAX arrays on the
     CPU backend, or arrays the probe saw `jax.device_put` copy from the host. Nothing is read from an accelerator."""
     where = rec.get("data_args")
-    if not where:
+    if not where or batches.full():
         return
     jax = sys.modules["jax"]
     parts = []
@@ -947,6 +947,8 @@ def _wrap_device_put(jax) -> None:
 
     def device_put(x, *args, **kwargs):
         out = orig(x, *args, **kwargs)
+        if batches.full():
+            return out
         try:
             src, dst = jax.tree_util.tree_leaves(x), jax.tree_util.tree_leaves(out)
             if len(src) == len(dst):

@@ -15,7 +15,8 @@ no seed made by the program's own code (`np.random.default_rng()`, `random.seed(
 with its site (`unseeded`), as is a draw from numpy's or random's global generator (`np.random.permutation`,
 `random.shuffle`) made by the program's own code while that generator was never seeded in the process
 (`global_draws`); for numpy's, random's and torch's global generators the report also says whether the run
-drew from them at all (`drew`).
+drew from them at all (`drew`). A DataLoader that shuffles with a `torch.Generator()` never seeded draws the same
+order at every seed (`constant`).
 
 A seed a port derives (`PRNGKey(seed + 1)`, `default_rng(seed * 1000 + epoch)`) has another value than the run's
 seed, yet comes from it. So the seed flag is followed: when the program parses its arguments with argparse, an
@@ -37,7 +38,7 @@ SNAPSHOT_ORDER = 4
 _PRIME = 1_000_003
 _TORCH_DEFAULT_SEED = 67280421310721
 _s: dict = {"calls": {}, "patched": [], "values": {}, "from_seed": {}, "flag": None, "states": {}, "unseeded": {},
-            "global_draws": {}}
+            "global_draws": {}, "constant": {}}
 # the global generators seeded in this process (kept across a fork: a forked child inherits the seeded state)
 _SEEDED: set = set()
 _VALUES_KEPT = 8
@@ -50,6 +51,7 @@ def reset() -> None:
     _s["states"] = {}
     _s["unseeded"] = {}
     _s["global_draws"] = {}
+    _s["constant"] = {}
 
 
 try:
@@ -300,6 +302,29 @@ def on_yaml(yaml) -> None:
             dumper.add_representer(_FromSeed, lambda d, v: d.represent_int(int(v)))
 
 
+def note_loader(loader, frame) -> None:
+    """A DataLoader whose sampler shuffles with a torch.Generator the program made and never seeded: a new
+    Generator starts from torch's fixed default seed whatever torch.manual_seed said, so the data order it draws
+    is the same in every run at every seed (`constant`). Read when an iterator starts (each epoch) outside an
+    evaluation (the order an evaluation averages over does not matter); a generator left None draws its seed from
+    torch's default generator, which follows the seed."""
+    if core.clock.eval:
+        return
+    sampler = getattr(loader, "sampler", None)
+    for s in (sampler, getattr(getattr(loader, "batch_sampler", None), "sampler", None)):
+        gen = getattr(s, "generator", None)
+        if gen is None or not hasattr(gen, "initial_seed"):
+            continue
+        if str(getattr(gen, "device", "cpu")) != "cpu" or gen.initial_seed() != _TORCH_DEFAULT_SEED:
+            return
+        while frame is not None and _program_site(frame) is None:
+            frame = frame.f_back
+        c = _s["constant"].setdefault("torch.Generator", {"calls": 0, "site": _program_site(frame) or "?",
+                                                          "sampler": type(s).__name__})
+        c["calls"] += 1
+        return
+
+
 HOOKS = {"torch": on_torch, "numpy": on_numpy, "random": on_random, "jax": on_jax, "argparse": on_argparse,
          "yaml": on_yaml}
 
@@ -323,4 +348,4 @@ def snapshot() -> dict:
     return {"seed": {"mode": bool(core.opts.get("seed")), "offset": _offset(), "patched": _s["patched"],
                      "calls": _s["calls"], "values": _s["values"], "from_seed": _s["from_seed"],
                      "flag": _s["flag"], "drew": drew, "unseeded": _s["unseeded"],
-                     "global_draws": _s["global_draws"]}}
+                     "global_draws": _s["global_draws"], "constant": _s["constant"]}}

@@ -19,7 +19,7 @@ import time
 import weakref
 
 import _ladder_probe as core
-from _ladder_probe import batches
+from _ladder_probe import batches, seed
 
 SNAPSHOT_ORDER = 2
 _READ_METHODS = ("item", "tolist", "numpy", "cpu", "__float__", "__int__", "__bool__", "__index__")
@@ -115,6 +115,17 @@ def _wrap_loader() -> None:
 
     __next__._ladder_wrapped = True
     cls.__next__ = __next__
+    init = cls.__init__
+
+    @functools.wraps(init)
+    def __init__(self, loader, *args, **kwargs):
+        init(self, loader, *args, **kwargs)
+        try:
+            seed.note_loader(loader, sys._getframe(1))
+        except Exception as e:  # never into the program
+            core.record_error("loader generator", e)
+
+    cls.__init__ = __init__
 
 
 def _wrap_read(cls, name: str) -> None:
@@ -222,7 +233,7 @@ def _wrap_host_copies(torch) -> None:
                         h2d[d] = h2d.get(d, 0) + 1
                 except Exception as e:  # never into the program
                     core.record_error("transfer dtype", e)
-            if not _IS_COMPILING[0]() and self.is_cpu and out is not self:
+            if not _IS_COMPILING[0]() and self.is_cpu and out is not self and not batches.full():
                 try:
                     if out.device.type not in ("cpu", "meta"):
                         batches.remember_copy(out, batches.torch_part(self))  # its input fingerprint, from the host
@@ -609,7 +620,7 @@ def _watch_batches(module) -> None:
 
 
 def _batch_hook(module, args, kwargs):
-    if _IS_COMPILING[0]() or not module.training or core.clock.eval or core.clock.in_step:
+    if _IS_COMPILING[0]() or not module.training or core.clock.eval or core.clock.in_step or batches.full():
         return None
     try:
         import torch

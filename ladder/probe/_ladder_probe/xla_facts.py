@@ -43,6 +43,8 @@ def _wrap_host_to_device(torch_xla) -> None:
 
     def _xla_tensors_from_aten(tensors, *args, **kwargs):
         out = orig(tensors, *args, **kwargs)
+        if batches.full():
+            return out
         try:
             for src, dst in zip(tensors, out):
                 batches.remember_copy(dst, batches.torch_part(src))
