@@ -257,8 +257,8 @@ the probe followed from the seed option through arithmetic, as in PRNGKey(seed +
         return (f"the run draws random numbers no seed controls, where the reference does not: "
                 f"{'; '.join(fresh.values())}. What they decide (the data order, a noise sample) is new OS entropy "
                 "in every run: two runs at the same seed differ, and each looks like another seed"), values
-    constant = {label: why for label, why in constant_orders(run.probe).items()
-                if label not in constant_orders(ref.probe if ref is not None else None)}
+    theirs_constant = constant_orders(ref.probe if ref is not None else None)
+    constant = {label: why for label, why in constant_orders(run.probe).items() if label not in theirs_constant}
     if constant:
         return (f"the run's data order is the same at every seed, where the reference's follows its seed: "
                 f"{'; '.join(constant.values())}. A new torch.Generator starts from torch's fixed default seed "

@@ -40,19 +40,34 @@ def full() -> bool:
     return len(_s["fps"]) >= MAX_FPS
 
 
+def _part(a, size: int, shape, dtype) -> bytes:
+    """The bytes hashed for an array of `size` elements: its shape and dtype (formatted once per kind of input),
+    then all its elements or, past MAX_SAMPLE, a strided sample of them."""
+    raw = a.tobytes() if size <= MAX_SAMPLE else a.reshape(-1)[::size // MAX_SAMPLE][:MAX_SAMPLE].tobytes()
+    key = (shape, dtype)
+    head = _HEADS.get(key)
+    if head is None:
+        head = repr((tuple(shape), str(dtype))).encode()
+        if len(_HEADS) < 256:  # inputs of ever new shapes (sequences of every length) are formatted each time
+            _HEADS[key] = head
+    return head + raw
+
+
+_HEADS: dict = {}  # (shape, dtype) -> the bytes a part starts with
+
+
 def numpy_part(a) -> bytes | None:
     """The hashed bytes of a numpy array: its shape, dtype and a strided sample of its elements."""
     size = int(getattr(a, "size", 0))
     if size < MIN_SIZE:
         return None
-    flat = a.reshape(-1)
-    sample = flat[::max(1, size // MAX_SAMPLE)][:MAX_SAMPLE]
-    return repr((tuple(a.shape), str(a.dtype))).encode() + sample.tobytes()
+    return _part(a, size, a.shape, a.dtype)
 
 
 def torch_part(t) -> bytes | None:
     """The same for a CPU tensor, read through numpy without a copy (torch's own `numpy`, not the probe's counted
-    read; a dtype numpy lacks, bfloat16, viewed as int16): a few tensor ops cost more than the hash."""
+    read; a dtype numpy lacks, bfloat16, viewed as int16): a few tensor ops cost more than the hash. The header
+    names torch's shape and dtype."""
     size = t.numel()
     if size < MIN_SIZE:
         return None
@@ -68,17 +83,7 @@ def torch_part(t) -> bytes | None:
         import torch
 
         a = to_numpy(src.view({1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[src.element_size()]))
-    raw = a.tobytes() if size <= MAX_SAMPLE else a.reshape(-1)[::size // MAX_SAMPLE][:MAX_SAMPLE].tobytes()
-    key = (t.shape, t.dtype)
-    head = _HEADS.get(key)
-    if head is None:
-        head = repr((tuple(t.shape), str(t.dtype))).encode()
-        if len(_HEADS) < 256:  # inputs of ever new shapes (sequences of every length) are formatted each time
-            _HEADS[key] = head
-    return head + raw
-
-
-_HEADS: dict = {}  # (shape, dtype) -> the bytes a part starts with: formatted once per kind of input
+    return _part(a, size, t.shape, t.dtype)
 
 
 def remember_copy(dev_value, part: bytes | None) -> None:
