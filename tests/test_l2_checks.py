@@ -989,6 +989,42 @@ def test_a_loader_shuffling_with_a_generator_never_seeded_fails_randomness(runs,
 
 @pytest.mark.slow
 @pytest.mark.jax
+def test_one_shard_on_every_device_or_process_fails_randomness(runs, jax_python, torch_python, reference) -> None:
+    # a data-parallel run whose workers all train on the same rows: (jax) each device's slice of the step's batch
+    # picked by the process index, 0 on every device of one host, in a pmap and in a batch-sharded jit; (torch) DDP
+    # ranks iterating the whole dataset in one seeded order instead of a DistributedSampler's shards. The probe
+    # compares each step's device slices from host memory, and the fingerprints of the processes' inputs
+    from ladder.checks.randomness import randomness
+
+    def check(run: RunRecord, ref: RunRecord) -> CheckResult:
+        return randomness(CheckContext(run=run, protocol=load_protocol(), baseline=_baseline(ref)))
+
+    for mode in ("pmap", "jit"):
+        faithful = runs(jax_python, "jax_shards.py", "--mode", mode)
+        fault = runs(jax_python, "jax_shards.py", "--mode", mode, "--same-shard")
+        assert [p.loss for p in fault.loss_curve] != [p.loss for p in faithful.loss_curve]  # the fault acts
+        ok = check(faithful, reference)  # a one-process, one-device torch reference: it shares nothing
+        assert ok.status == "passed", (mode, ok.evidence)
+        assert ok.measured["shared_data"]["shared"] == 0 and ok.measured["shared_data"]["inputs"] == 40, ok.measured
+        c = check(fault, reference)
+        assert c.status == "failed" and "the 2 devices of process" in c.evidence, (mode, c.evidence)
+        assert "40 of 40 training inputs (100%, the first at step 1)" in c.evidence, c.evidence
+        assert check(fault, fault).status == "passed"  # relative: a reference that does the same is not blamed
+    ddp = runs(torch_python, "ddp_train.py")
+    same = runs(torch_python, "ddp_train.py", "--no-sampler")
+    assert [p.loss for p in same.loss_curve] != [p.loss for p in ddp.loss_curve]
+    assert len([b for b in ddp.probe["batches"] if b["fps"]]) == 2, ddp.probe["batches"]  # one per rank
+    ok = check(ddp, ddp)
+    assert ok.status == "passed" and ok.measured["shared_data"]["shared"] == 0, ok.evidence
+    c = check(same, ddp)
+    assert c.status == "failed" and "processes" in c.evidence and "train on the same data: 40 of 40" in c.evidence, \
+        c.evidence
+    assert "the reference's 0 of 40 (0%)" in c.evidence, c.evidence
+    assert check(same, same).status == "passed"
+
+
+@pytest.mark.slow
+@pytest.mark.jax
 def test_host_draws_no_seed_controls_fail_randomness_on_a_jax_port(runs, jax_python, torch_python) -> None:
     # round 14's dpclass/jax_numpy_shuffle_unseeded and regress/fault_jax_default_rng_unseeded: a JAX port whose
     # keys come from --seed and whose epoch order comes from numpy's global generator never seeded, or from a

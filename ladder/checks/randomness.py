@@ -19,6 +19,11 @@ every run, so two runs at the same seed differ while each looks like another see
 data order no seed changes, fails the same way: a DataLoader shuffling with a `torch.Generator()` never seeded
 (torch's fixed default seed) gives every run at every seed the same order.
 
+A data-parallel port may also hand every worker the same data: one shard on every device of a pmap or a
+batch-sharded jit (the host batch's device slices all equal), or every process iterating the same data instead of
+its own shard (the inputs one process trains on fingerprinted by another too). Each step then sees a fraction of the
+data it should, and the curves, averaged over the copies, stay within noise.
+
 Relative to the reference: a repeat the reference's own run makes as well is not the port's. A torch
 reference has no keys (its generators advance by themselves), so it repeats nothing. A run that drew no
 JAX random numbers while training has nothing to judge: not_applicable.
@@ -117,16 +122,71 @@ def repeated_batches(run_probe: dict[str, Any] | None, ref_probe: dict[str, Any]
             "whole, a prefetched batch used again), so the run sees less of the data"), measured
 
 
+def shared_data(probe: dict[str, Any] | None) -> dict[str, Any] | None:
+    """How much of a data-parallel run's training data every worker shares: within one process, the steps whose
+    host data splits into its local devices' slices all equal (a pmap or a batch-sharded jit given one shard on
+    every device); across processes, the training inputs one process fingerprinted that another also trained on
+    (every process iterating the same data instead of its own shard). The worst of both, or None when neither was
+    measured (one device and one process, or too few inputs)."""
+    worst = None
+    batches = [b for b in (probe or {}).get("batches") or [] if len(b.get("fps") or []) >= MIN_BATCHES]
+    for b in (probe or {}).get("batches") or []:
+        c = b.get("chunks") or {}
+        if c.get("inputs", 0) >= MIN_BATCHES:
+            stat = {"inputs": c["inputs"], "shared": c["replicated"], "share": c["replicated"] / c["inputs"],
+                    "first": c.get("first"), "across": f"the {c['devices']} devices of process {b.get('pid')}"}
+            if worst is None or stat["share"] > worst["share"]:
+                worst = stat
+    for i, b in enumerate(batches):
+        mine = b["fps"]
+        for j, other in enumerate(batches):
+            if i == j:
+                continue
+            theirs = {fp for _, fp in other["fps"]}
+            hits = [step for step, fp in mine if fp in theirs]
+            stat = {"inputs": len(mine), "shared": len(hits), "share": len(hits) / len(mine),
+                    "first": hits[0] if hits else None,
+                    "across": f"processes {b.get('pid')} and {other.get('pid')}"}
+            if worst is None or stat["share"] > worst["share"]:
+                worst = stat
+    return worst
+
+
+def shared_shards(run_probe: dict[str, Any] | None, ref_probe: dict[str, Any] | None,
+                  excess: float) -> tuple[str | None, dict[str, Any]]:
+    """Whether the run's devices or processes train on the same data more often than the reference's: its share of
+    shared inputs above the reference's (0 for a reference with one device and one process, which shares nothing)
+    by more than `excess` plus three binomial standard errors. Returns (why, measured)."""
+    mine, theirs = shared_data(run_probe), shared_data(ref_probe)
+    measured: dict[str, Any] = {"shared_data": mine, "reference_shared_data": theirs}
+    if mine is None:
+        return None, measured
+    p = theirs["share"] if theirs is not None else 0.0
+    bound = p + excess + 3 * math.sqrt(p * (1 - p) / mine["inputs"])
+    measured["shared_data_bound"] = round(bound, 4)
+    if mine["share"] <= bound:
+        return None, measured
+    ref_words = (f"the reference's {theirs['shared']} of {theirs['inputs']} ({p:.0%})" if theirs is not None else
+                 "the reference, on one device and one process, none")
+    return (f"{mine['across']} train on the same data: {mine['shared']} of {mine['inputs']} training inputs "
+            f"({mine['share']:.0%}, the first at step {mine['first']}) are the same on each, {ref_words} (at most "
+            f"{bound:.0%} allowed): one shard given to every device or process (a shard index that is the same on "
+            "all of them, no sampler splitting the data), so each step sees a fraction of the data it should"), \
+        measured
+
+
 def _batch_words(measured: dict[str, Any]) -> str:
     mine, theirs = measured.get("batches"), measured.get("reference_batches")
+    shared = measured.get("shared_data")
+    words = "" if shared is None else f"; inputs shared by {shared['across']} {shared['shared']}/{shared['inputs']}"
     if mine is None and theirs is None:
-        return ""
+        return words
     if mine is None or theirs is None:
         side = "the run" if mine is None else "the reference"
         return (f"; repeated batches not compared: {side} fingerprinted fewer than {MIN_BATCHES} training inputs "
-                "(data made on the device is not read back)")
+                "(data made on the device is not read back)") + words
     return (f"; repeated training inputs {mine['repeats']}/{mine['inputs']}, the reference "
-            f"{theirs['repeats']}/{theirs['inputs']}")
+            f"{theirs['repeats']}/{theirs['inputs']}") + words
 
 
 def _rebuild_steps(probe: dict[str, Any] | None) -> list[int]:
@@ -284,6 +344,13 @@ def randomness(ctx: CheckContext) -> CheckResult:
     if batch_why:
         return CheckResult(level="L1", name=NAME, status="failed", measured=batch,
                            threshold={"batch_repeat_share": batch["batch_repeat_bound"]}, evidence=batch_why)
+    shard_why, shards = shared_shards(probe, ref.probe if ref is not None else None,
+                                      ctx.protocol.l1.batch_repeat_excess)
+    if shard_why:
+        return CheckResult(level="L1", name=NAME, status="failed", measured={**batch, **shards},
+                           threshold={"shared_data_share": shards["shared_data_bound"]}, evidence=shard_why)
+    if shards.get("shared_data") is not None:
+        batch = {**batch, **shards}
     if facts is None:
         if batch.get("batches") is not None and batch.get("reference_batches") is not None:
             return CheckResult(level="L1", name=NAME, status="passed", measured=batch,

@@ -29,7 +29,8 @@ _lock = threading.Lock()
 
 def reset() -> None:
     _s.clear()
-    _s.update(fps=[], sources={}, unmeasured=0, copies=collections.OrderedDict())
+    _s.update(fps=[], sources={}, unmeasured=0, copies=collections.OrderedDict(), chunked=0, replicated=0,
+              first_replicated=None, devices=0)
 
 
 reset()
@@ -140,8 +141,42 @@ def note(parts: list, source: str, step: int) -> None:
         core.record_error("batch fingerprint", e)
 
 
+def note_chunks(arrays: list, devices: int, step: int) -> None:
+    """A training step's host data (numpy arrays) on a process with `devices` local devices: whether every array is
+    `devices` equal chunks along its first axis, the slices a pmap or a batch-sharded jit hands each device. A real
+    batch never is; one shard copied to every device (each device's slice picked by an index that is the same on all
+    of them) always is. Arrays whose first axis does not split into `devices` chunks leave the step unjudged."""
+    try:
+        if devices < 2 or not arrays or _s["chunked"] >= MAX_FPS:
+            return
+        same = True
+        for a in arrays:
+            if a.ndim == 0 or a.shape[0] < devices or a.shape[0] % devices:
+                return
+            rows = a.reshape(devices, -1)
+            width = rows.shape[1]
+            if width * devices < MIN_SIZE:
+                return
+            sample = rows[:, ::max(1, width * devices // MAX_SAMPLE)]
+            first = sample[0].tobytes()
+            if any(sample[i].tobytes() != first for i in range(1, devices)):
+                same = False
+                break
+        _s["chunked"] += 1
+        _s["devices"] = devices
+        if same:
+            _s["replicated"] += 1
+            if _s["first_replicated"] is None:
+                _s["first_replicated"] = step
+    except Exception as e:  # never into the program
+        core.record_error("batch chunks", e)
+
+
 def snapshot() -> dict:
     if not _s["fps"] and not _s["unmeasured"]:
         return {}
-    return {"batches": {"fps": list(_s["fps"]), "sources": dict(_s["sources"]), "unmeasured": _s["unmeasured"],
-                        "max_fps": MAX_FPS}}
+    out = {"fps": list(_s["fps"]), "sources": dict(_s["sources"]), "unmeasured": _s["unmeasured"], "max_fps": MAX_FPS}
+    if _s["chunked"]:
+        out["chunks"] = {"devices": _s["devices"], "inputs": _s["chunked"], "replicated": _s["replicated"],
+                         "first": _s["first_replicated"]}
+    return {"batches": out}

@@ -349,7 +349,7 @@ def _note_batch(rec: dict, args, kwargs) -> None:
     if not where or batches.full():
         return
     jax = sys.modules["jax"]
-    parts = []
+    parts, hosts = [], []
     for place in where:
         if isinstance(place, int) and place >= len(args):
             continue
@@ -357,17 +357,24 @@ def _note_batch(rec: dict, args, kwargs) -> None:
         for x in jax.tree_util.tree_leaves(arg):
             if int(getattr(x, "size", 0) or 0) < batches.MIN_SIZE or _is_key(jax, x):
                 continue
-            part = batches.copied_part(x)
-            if part is None:
-                if type(x).__module__.startswith("numpy"):
-                    part = batches.numpy_part(x)
-                elif all(getattr(d, "platform", "") == "cpu" for d in _devices(x)) and not x.is_deleted():
-                    import numpy as np
+            part, host = batches.copied_part(x), None
+            if type(x).__module__.startswith("numpy"):
+                host = x
+            elif all(getattr(d, "platform", "") == "cpu" for d in _devices(x)) and not x.is_deleted():
+                import numpy as np
 
-                    with core.quiet():
-                        part = batches.numpy_part(np.asarray(x))
+                with core.quiet():
+                    host = np.asarray(x)  # the CPU backend: host memory already, nothing moves
+            if part is None and host is not None:
+                part = batches.numpy_part(host)
             parts.append(part)
+            hosts.append(host)
     batches.note(parts, "jax step", core.clock.step)  # ticked before the call
+    if hosts and all(h is not None for h in hosts):  # every data input in host memory: split as the devices get it
+        devices = _s.get("local_devices")
+        if devices is None:
+            devices = _s["local_devices"] = int(jax.local_device_count())
+        batches.note_chunks(hosts, devices, core.clock.step)
 
 
 def _devices(x) -> set:
