@@ -1,0 +1,1 @@
+../benign_torch_batched_fetch/parity_adapter.py
