@@ -959,14 +959,18 @@ def test_a_batch_trained_on_twice_fails_randomness(runs, torch_python, request, 
     assert check(fault, fault).status == "passed"
 
 
-def test_a_loader_shuffling_with_a_generator_never_seeded_fails_randomness(runs, torch_python) -> None:
+@pytest.mark.parametrize("how", ["shuffle", "randperm"])
+def test_a_data_order_from_a_generator_never_seeded_fails_randomness(runs, torch_python, how) -> None:
     # round 17's regress/fault_xla_loader_generator_unseeded: DataLoader(shuffle=True, generator=torch.Generator())
     # with the generator never seeded: it starts from torch's fixed default seed, so every run at every seed
-    # trains in the same order, and at one seed that looks like another order stream
+    # trains in the same order, and at one seed that looks like another order stream; round 18's charlm and dpclass
+    # ports drew the order with torch.randperm/randint(generator=torch.Generator()) and no DataLoader (post hoc)
     from ladder.checks.randomness import randomness
 
+    flag = f"--{how}-generator"
+
     def first_rows(mode: str, seed: int) -> str:
-        p = subprocess.run([torch_python, str(FIX / "loader_train.py"), "--shuffle-generator", mode, "--seed",
+        p = subprocess.run([torch_python, str(FIX / "loader_train.py"), flag, mode, "--seed",
                             str(seed), "--steps", "1"], capture_output=True, text=True, check=True,
                            env={**os.environ, **TARGET_ENV})
         return next(line for line in p.stdout.splitlines() if line.startswith("first rows"))
@@ -978,12 +982,13 @@ def test_a_loader_shuffling_with_a_generator_never_seeded_fails_randomness(runs,
         return randomness(CheckContext(run=run, protocol=load_protocol(), baseline=_baseline(ref)))
 
     reference = runs(torch_python, "loader_train.py")  # its order from generators seeded with (seed, epoch)
-    ok = check(runs(torch_python, "loader_train.py", "--shuffle-generator", "seeded"), reference)
+    ok = check(runs(torch_python, "loader_train.py", flag, "seeded"), reference)
     assert ok.status == "passed", ok.evidence
-    fault = runs(torch_python, "loader_train.py", "--shuffle-generator", "unseeded")
+    fault = runs(torch_python, "loader_train.py", flag, "unseeded")
     c = check(fault, reference)
     assert c.status == "failed" and "the same at every seed" in c.evidence, c.evidence
-    assert "RandomSampler shuffles with a torch.Generator() never seeded (iterated at loader_train.py:" in c.evidence
+    what = "a DataLoader's RandomSampler" if how == "shuffle" else "torch.randperm"
+    assert f"{what} draws with a torch.Generator() never seeded (at loader_train.py:" in c.evidence, c.evidence
     assert check(fault, fault).status == "passed"  # relative: a reference that does the same is not blamed
 
 

@@ -82,6 +82,36 @@ def test_a_torch_compiled_model_runs_and_compiles_the_same_under_the_probe(tmp_p
     assert [(w["batches"], w["items"]) for w in windows] == [(4, 256)] * 3  # each batch counted once
 
 
+def test_torch_order_draws_wrapped_by_the_probe_script_compile_and_draw_the_same(tmp_path) -> None:
+    # the probe wraps torch.randperm/randint/multinomial to see a generator never seeded (L1 randomness): a
+    # TorchScript function and a torch.compile'd one that call them must still build, draw the same numbers and
+    # compile as often as without the probe
+    program = tmp_path / "draws.py"
+    program.write_text(textwrap.dedent("""
+        import torch
+        import torch._dynamo.utils as du
+
+        @torch.jit.script
+        def scripted(n: int):
+            return torch.randperm(n) * 10 + torch.randint(0, 5, (n,))
+
+        def noisy(x):
+            return x + torch.randint(0, 5, x.shape).float() + torch.multinomial(torch.ones(4), 4).float()
+
+        torch.manual_seed(3)
+        compiled = torch.compile(noisy, backend="eager")
+        print(scripted(6).tolist(), compiled(torch.zeros(4)).tolist(), compiled(torch.ones(4)).tolist())
+        print(torch.randperm(6, generator=torch.Generator().manual_seed(1)).tolist())
+        print("frames", du.counters["frames"]["total"], du.counters["frames"]["ok"])
+    """))
+    bare = _run(sys.executable, [str(program)], tmp_path / "bare", probe=False)
+    probed = _run(sys.executable, [str(program)], tmp_path / "probed")
+    assert probed.stdout == bare.stdout and "frames" in bare.stdout, (bare.stdout, probed.stderr[-2000:])
+    merged = merge_reports(tmp_path / "probed" / "probe")
+    assert merged["errors"] == [], merged["errors"]
+    assert all(not (p.get("seed") or {}).get("constant") for p in merged["processes"])  # a seeded generator: nothing
+
+
 @pytest.mark.slow
 @pytest.mark.jax
 @pytest.mark.parametrize("mode", ["chain", "multi", "pmap", "nnx"])

@@ -255,12 +255,14 @@ def entropy_draws(probe: dict[str, Any] | None) -> dict[str, str]:
 def constant_orders(probe: dict[str, Any] | None) -> dict[str, str]:
     """The data orders this run draws from a generator the program made and never seeded: a DataLoader that
     shuffles with `torch.Generator()` (which starts from torch's fixed default seed, whatever torch.manual_seed
-    said), each with where the probe saw it."""
+    said), or torch.randperm/randint/multinomial given one, each with where the probe saw it."""
     out: dict[str, str] = {}
     for p in (probe or {}).get("processes") or []:
         for label, c in ((p.get("seed") or {}).get("constant") or {}).items():
-            out.setdefault(label, f"a DataLoader's {c.get('sampler', 'sampler')} shuffles with a {label}() never "
-                                  f"seeded (iterated at {c.get('site', '?')}, {c.get('calls', 1)} epoch(s))")
+            what = c.get("sampler", "sampler")
+            what = what if what.startswith(("a DataLoader", "torch.")) else f"a DataLoader's {what}"  # older probes
+            out.setdefault(label, f"{what} draws with a {label}() never seeded (at {c.get('site', '?')}, seen "
+                                  f"{c.get('calls', 1)} time(s))")
     return out
 
 

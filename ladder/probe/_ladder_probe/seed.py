@@ -237,7 +237,55 @@ def _watch_draws(owner, names: tuple, label: str) -> None:
         core.replace(owner, name, draw, fn)
 
 
+# torch's functions that draw a data order (a permutation, indices, a weighted sample); their generator= argument
+# is keyword-only. Only these: a wrapper stands where TorchScript and dynamo look for torch's own function (it is
+# registered as TorchScript's builtin for the op, and dynamo inlines it: its check folds away while compiling), and
+# sampling code inside a model is theirs, while a data order is drawn outside it
+_ORDER_DRAWS = ("randperm", "randint", "multinomial")
+
+
+def _watch_generator_draws(torch) -> None:
+    """A data order drawn with torch.randperm/randint/multinomial from a `torch.Generator()` the program made and
+    never seeded, outside an evaluation: it starts from torch's fixed default seed whatever torch.manual_seed said,
+    so every run at every seed draws the same order (`constant`, as note_loader's DataLoader generator). The
+    default generator is not judged here (torch.manual_seed seeds it; the seeding checks cover it)."""
+    default = torch.default_generator
+    compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None) or (lambda: False)
+    for name in _ORDER_DRAWS:
+        fn = getattr(torch, name, None)
+        if fn is None or getattr(fn, "_ladder_wrapped", False):
+            continue
+
+        def draw(*args, _fn=fn, _name=name, **kwargs):
+            g = kwargs.get("generator")
+            if g is not None and g is not default and not compiling():
+                _note_generator(g, f"torch.{_name}", sys._getframe(1))
+            return _fn(*args, **kwargs)
+
+        core.replace(torch, name, draw, fn)
+        try:  # TorchScript knows torch's builtins by identity: the wrapper compiles as the op it stands for
+            from torch.jit._builtins import _register_builtin
+
+            _register_builtin(draw, "aten::" + name)
+        except Exception as e:  # a torch without it: scripting a function that draws would fail; say so
+            core.record_error("torchscript builtin", e)
+
+
+def _note_generator(gen, what: str, frame) -> None:
+    try:
+        if core.clock.eval or str(getattr(gen, "device", "cpu")) != "cpu" or gen.initial_seed() != _TORCH_DEFAULT_SEED:
+            return
+        while frame is not None and _program_site(frame) is None:
+            frame = frame.f_back
+        c = _s["constant"].setdefault("torch.Generator", {"calls": 0, "site": _program_site(frame) or "?",
+                                                          "sampler": what})
+        c["calls"] += 1
+    except Exception as e:  # never into the program
+        core.record_error("generator draw", e)
+
+
 def on_torch(torch) -> None:
+    _watch_generator_draws(torch)
     orig = torch.manual_seed
     for owner, attr, label in ((torch, "manual_seed", "torch.manual_seed"),
                                (torch.random, "manual_seed", "torch.random.manual_seed"),
@@ -315,13 +363,7 @@ def note_loader(loader, frame) -> None:
         gen = getattr(s, "generator", None)
         if gen is None or not hasattr(gen, "initial_seed"):
             continue
-        if str(getattr(gen, "device", "cpu")) != "cpu" or gen.initial_seed() != _TORCH_DEFAULT_SEED:
-            return
-        while frame is not None and _program_site(frame) is None:
-            frame = frame.f_back
-        c = _s["constant"].setdefault("torch.Generator", {"calls": 0, "site": _program_site(frame) or "?",
-                                                          "sampler": type(s).__name__})
-        c["calls"] += 1
+        _note_generator(gen, f"a DataLoader's {type(s).__name__}", frame)
         return
 
 
