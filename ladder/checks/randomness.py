@@ -137,13 +137,13 @@ def shared_data(probe: dict[str, Any] | None) -> dict[str, Any] | None:
                     "first": c.get("first"), "across": f"the {c['devices']} devices of process {b.get('pid')}"}
             if worst is None or stat["share"] > worst["share"]:
                 worst = stat
+    seen = [{fp for _, fp in b["fps"]} for b in batches]
     for i, b in enumerate(batches):
         mine = b["fps"]
         for j, other in enumerate(batches):
             if i == j:
                 continue
-            theirs = {fp for _, fp in other["fps"]}
-            hits = [step for step, fp in mine if fp in theirs]
+            hits = [step for step, fp in mine if fp in seen[j]]
             stat = {"inputs": len(mine), "shared": len(hits), "share": len(hits) / len(mine),
                     "first": hits[0] if hits else None,
                     "across": f"processes {b.get('pid')} and {other.get('pid')}"}

@@ -349,6 +349,9 @@ def _note_batch(rec: dict, args, kwargs) -> None:
     if not where or batches.full():
         return
     jax = sys.modules["jax"]
+    devices = _s.get("local_devices")
+    if devices is None:
+        devices = _s["local_devices"] = int(jax.local_device_count())
     parts, hosts = [], []
     for place in where:
         if isinstance(place, int) and place >= len(args):
@@ -360,7 +363,8 @@ def _note_batch(rec: dict, args, kwargs) -> None:
             part, host = batches.copied_part(x), None
             if type(x).__module__.startswith("numpy"):
                 host = x
-            elif all(getattr(d, "platform", "") == "cpu" for d in _devices(x)) and not x.is_deleted():
+            elif (part is None or devices > 1) and all(getattr(d, "platform", "") == "cpu" for d in _devices(x)) \
+                    and not x.is_deleted():  # read only where the fingerprint or the device slices need it
                 import numpy as np
 
                 with core.quiet():
@@ -370,10 +374,7 @@ def _note_batch(rec: dict, args, kwargs) -> None:
             parts.append(part)
             hosts.append(host)
     batches.note(parts, "jax step", core.clock.step)  # ticked before the call
-    if hosts and all(h is not None for h in hosts):  # every data input in host memory: split as the devices get it
-        devices = _s.get("local_devices")
-        if devices is None:
-            devices = _s["local_devices"] = int(jax.local_device_count())
+    if devices > 1 and hosts and all(h is not None for h in hosts):  # all in host memory: split as the devices get it
         batches.note_chunks(hosts, devices, core.clock.step)
 
 
