@@ -582,6 +582,20 @@ def test_evaluation_without_eval_mode_is_caught_by_the_probe(runs, torch_python,
 
 
 @pytest.mark.slow
+@pytest.mark.jax
+def test_a_jax_evaluation_that_applies_dropout_is_caught_by_the_probe(runs, jax_python, reference) -> None:
+    # a JAX port has no model.eval(): its evaluation calls the Flax layer with train=True (the mask applied, a key
+    # handed in), so each evaluation scores a thinned network; the same port evaluating deterministically passes
+    ok = l2(runs(jax_python, "jax_train.py", "--dropout", "split", "--flax-dropout", "linen"), "jax-cpu",
+            reference)["evaluation_complete"]
+    assert ok.status == "passed", ok.evidence
+    run = runs(jax_python, "jax_train.py", "--dropout", "split", "--flax-dropout", "eval_on")
+    c = l2(run, "jax-cpu", reference)["evaluation_complete"]
+    assert c.status == "failed" and "the evaluation applies dropout: jit(eval_batch)" in c.evidence, c.evidence
+    assert "masked with rate 0.05" in c.evidence, c.evidence
+
+
+@pytest.mark.slow
 def test_truncated_evaluation_is_caught_without_item_counts_in_the_log(runs, torch_python, reference) -> None:
     run = runs(torch_python, "torch_train.py", "--fault", "eval_truncated")
     blind = [e.model_copy(update={"items": None}) for e in run.evals]
@@ -922,6 +936,51 @@ def test_a_jax_key_used_again_repeats_dropout_or_data_order_and_fails_randomness
     c = check("--shuffle", "reused")
     assert c.status == "failed" and "jax.random.permutation at jax_train.py:" in c.evidence, c.evidence
     assert "the same key after 0 and after 14 training steps (2 of 3 calls" in c.evidence, c.evidence
+
+
+@pytest.mark.slow
+@pytest.mark.jax
+def test_dropout_off_or_at_another_rate_in_training_fails_randomness(runs, jax_python, torch_python,
+                                                                     reference) -> None:
+    # The reference trains with nn.Dropout(0.05) (the probe reads its modules' mode at optimizer steps). Its ports
+    # mask with Flax's Dropout layer (linen or nnx) or by hand; the faults really run without the mask, or with 0.95
+    from ladder.checks.randomness import randomness
+
+    def check(python: str, script: str, *args: str) -> CheckResult:
+        run = runs(python, script, *args)
+        return randomness(CheckContext(run=run, protocol=load_protocol(), baseline=_baseline(reference)))
+
+    itself = randomness(CheckContext(run=reference, protocol=load_protocol(), baseline=_baseline(reference)))
+    assert "dropout applied in training 0.05, the reference 0.05" in itself.evidence, itself.evidence
+    for args in (["--flax-dropout", "linen"], ["--flax-dropout", "nnx"]):
+        c = check(jax_python, "jax_train.py", "--dropout", "split", *args)
+        assert c.status == "passed", (args, c.evidence)
+        assert "dropout applied in training 0.05, the reference 0.05" in c.evidence, (args, c.evidence)
+    hand = check(jax_python, "jax_train.py", "--dropout", "split")  # a hand-written mask: no layer to read
+    assert hand.status == "passed" and "dropout applied" not in hand.evidence, hand.evidence
+    # the training step calls the layer without train=True: deterministic, the input returned as it came
+    c = check(jax_python, "jax_train.py", "--dropout", "split", "--flax-dropout", "train_default")
+    assert c.status == "failed" and "dropout is off in the run's training steps" in c.evidence, c.evidence
+    assert "rate 0.05 ran without a mask" in c.evidence and "none applies a mask" in c.evidence, c.evidence
+    assert "the reference trains with dropout 0.05" in c.evidence, c.evidence
+    c = check(jax_python, "jax_train.py", "--dropout", "split", "--flax-dropout", "keep_as_rate")
+    assert c.status == "failed" and "the run trains with dropout 0.95, the reference with 0.05" in c.evidence, \
+        c.evidence
+    # torch against torch: the module's rate
+    c = check(torch_python, "torch_train.py", "--dropout-p", "0.5")
+    assert c.status == "failed" and "the run trains with dropout 0.5, the reference with 0.05" in c.evidence, \
+        c.evidence
+    c = check(torch_python, "torch_train.py", "--dropout-p", "0")
+    assert c.status == "failed" and "its dropout layers have rate 0 and none applies a mask" in c.evidence, c.evidence
+    # the other way round: a reference at rate 0 (nanoGPT's default) and a port that masks
+    zero = runs(torch_python, "torch_train.py", "--dropout-p", "0")
+    c = randomness(CheckContext(run=runs(jax_python, "jax_train.py", "--dropout", "split", "--flax-dropout", "linen"),
+                                protocol=load_protocol(), baseline=_baseline(zero)))
+    assert c.status == "failed" and "dropout 0.05 where the reference's dropout layers all have rate 0" in c.evidence, \
+        c.evidence
+    other = runs(torch_python, "torch_train.py", "--dropout-p", "0", "--seed", "1").model_copy(update={"seed": 1})
+    c = randomness(CheckContext(run=other, protocol=load_protocol(), baseline=_baseline(zero)))
+    assert c.status == "passed" and "dropout applied in training none, the reference none" in c.evidence, c.evidence
 
 
 @pytest.mark.slow

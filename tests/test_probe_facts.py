@@ -127,6 +127,12 @@ def test_jax_graphs_compile_counts_and_output_are_unchanged_by_the_probe(tmp_pat
     proc = merged["processes"][0]
     assert proc["clock"]["source"] == "jax training step"
     assert not any(f["name"].endswith("(step_fn)") and not f["train"] for f in proc["jax"]["functions"])
+    # the Flax Dropout(0.1) layer: applied in the training step, called without a mask in the evaluation
+    drops = {f["name"]: f.get("dropout") for f in proc["jax"]["functions"] if f.get("dropout")}
+    train = [d for name, d in drops.items() if name.endswith(("(step_fn)", "(nnx_step)"))]
+    assert train and all(d["on"] == [0.1] and d["off"] == [] for d in train), drops
+    assert mode == "pmap" or any(d["on"] == [] and d["off"] == [0.1] for name, d in drops.items() if "eval" in name), \
+        drops  # pmap's loop does not evaluate
     # norms at the outermost transformation, handed out of the step as an extra output
     gn = merged["grad_norms"]
     assert len(gn["values"]) == 60 and gn["clip"]["max_norm"] == 1.0

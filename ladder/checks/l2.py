@@ -544,6 +544,42 @@ def probe_eval_items(run: RunRecord) -> list[int] | None:
     return [per_eval[s] for s in sorted(per_eval)] or None
 
 
+def _eval_dropout(run: RunRecord) -> list[tuple[str, list[float]]]:
+    """The jitted functions of a JAX run that run only at evaluation (as probe_eval_items finds them) and applied
+    dropout there: (name, rates), from the probe's Flax dropout layers (the mask applied, not the input returned)."""
+    from ladder.runs.probe_report import eval_steps, main_process
+
+    main = main_process(run.probe or {})
+    if main is None or not (main.get("jax") or {}).get("functions"):
+        return []
+    evals = eval_steps(run, main)
+    steps = int((main.get("clock") or {}).get("steps") or 0)
+    out = []
+    for f in main["jax"]["functions"]:
+        on = (f.get("dropout") or {}).get("on")
+        if not on or f.get("train") or f.get("grad") or not steps:
+            continue
+        at = {int(s) for s, _, _ in f.get("by_step") or []}
+        if at and not {s for s in at if s not in evals and s < steps}:
+            out.append((str(f.get("name")), list(on)))
+    return out
+
+
+def _evaluated_with_dropout(run: RunRecord, ref: RunRecord) -> str | None:
+    """Why the run's evaluations apply dropout (a Flax layer called with `deterministic=False`, `train=True`) where
+    the reference's evaluate without it (its model switched to eval mode, or no evaluation function of its own
+    applying dropout); None when they do not."""
+    mine = _eval_dropout(run)
+    if not mine or _eval_dropout(ref):
+        return None
+    if not (ref.probe or {}).get("eval_windows") and _has(ref, "Dropout"):
+        return None  # a torch reference that evaluates without model.eval(): its dropout is on there too
+    name, rates = mine[0]
+    return (f"the evaluation applies dropout: {name}, called only at evaluations, masked with rate "
+            f"{', '.join(f'{r:g}' for r in rates)} (a Flax Dropout called with deterministic=False or train=True), "
+            "so every evaluation scores a randomly thinned network; the reference evaluates without dropout")
+
+
 def _has(run: RunRecord, *module_names: str) -> bool:
     seen = set()
     for p in (run.probe or {}).get("processes") or []:
@@ -655,6 +691,9 @@ def evaluation_complete(ctx: CheckContext) -> CheckResult:
     left = _trained_in_eval_mode(ctx.run, ref, rules.eval_mode_steps_share)
     if left:
         return _result(name, False, measured, threshold, left)
+    masked = _evaluated_with_dropout(ctx.run, ref)
+    if masked:
+        return _result(name, False, measured, threshold, masked)
     if how is None:
         a, b = probe_eval_items(ctx.run), probe_eval_items(ref)
         measured["probe_items"], threshold["probe_items"] = a, b

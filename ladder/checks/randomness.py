@@ -24,6 +24,13 @@ batch-sharded jit (the host batch's device slices all equal), or every process i
 its own shard (the inputs one process trains on fingerprinted by another too). Each step then sees a fraction of the
 data it should, and the curves, averaged over the copies, stay within noise.
 
+A port may also change the dropout the reference trains with, while its curves stay within noise for a long time:
+a Flax layer left deterministic in the training step (`train: bool = False` by default, the flag never passed), a
+rate that is not the reference's (a keep probability read as a drop rate), or dropout the reference has at rate 0
+switched on. The probe reads the rates of the dropout layers each training step applied and of those it called
+without applying them: torch's `nn.Dropout` modules by their mode at optimizer steps, Flax's `Dropout` (linen and
+nnx) by whether the call returned its input unchanged inside the jitted training step.
+
 Relative to the reference: a repeat the reference's own run makes as well is not the port's. A torch
 reference has no keys (its generators advance by themselves), so it repeats nothing. A run that drew no
 JAX random numbers while training has nothing to judge: not_applicable.
@@ -179,6 +186,7 @@ def _batch_words(measured: dict[str, Any]) -> str:
     mine, theirs = measured.get("batches"), measured.get("reference_batches")
     shared = measured.get("shared_data")
     words = "" if shared is None else f"; inputs shared by {shared['across']} {shared['shared']}/{shared['inputs']}"
+    words += _dropout_words(measured)
     if mine is None and theirs is None:
         return words
     if mine is None or theirs is None:
@@ -187,6 +195,77 @@ def _batch_words(measured: dict[str, Any]) -> str:
                 "(data made on the device is not read back)") + words
     return (f"; repeated training inputs {mine['repeats']}/{mine['inputs']}, the reference "
             f"{theirs['repeats']}/{theirs['inputs']}") + words
+
+
+def dropout_facts(probe: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The dropout of a run's training steps over its processes: the rates its layers applied ("on"), the rates of
+    layers called without a mask ("off"), whether a layer had rate 0, and whether a training step drew a Bernoulli
+    mask by hand (`jax.random.bernoulli`, which Flax's own layer draws too); None when the probe saw no dropout
+    layer in training (or reports none: an older probe)."""
+    on: set[float] = set()
+    off: set[float] = set()
+    zero = hand = seen = False
+    for p in (probe or {}).get("processes") or []:
+        t = (p.get("torch") or {}).get("dropout") or {}
+        if t.get("steps") and t.get("layers"):
+            seen = True
+            on.update(t.get("on") or [])
+            off.update(t.get("off") or [])
+            zero = zero or bool(t.get("zero_rate"))
+        for f in (p.get("jax") or {}).get("functions") or []:
+            if not (f.get("train") or f.get("grad")):
+                continue
+            hand = hand or "bernoulli" in (f.get("draws") or [])
+            d = f.get("dropout")
+            if d:
+                seen = True
+                on.update(d.get("on") or [])
+                off.update(d.get("off") or [])
+                zero = zero or bool(d.get("zero_rate"))
+    if not seen:
+        return None
+    return {"on": sorted(on), "off": sorted(off), "zero_rate": zero, "hand_masks": hand}
+
+
+def _rates(rates: list[float] | set[float]) -> str:
+    return ", ".join(f"{r:g}" for r in sorted(rates))
+
+
+def dropout_changed(run_probe: dict[str, Any] | None, ref_probe: dict[str, Any] | None) -> tuple[str | None, dict]:
+    """Whether the run trains with other dropout than the reference: layers of a rate the reference applies called
+    without a mask in its training steps (where the reference's own are not), layers of rate 0 only (no mask drawn by
+    hand either), rates that share none with the reference's, or dropout applied where the reference's layers all
+    have rate 0. Returns (why, measured); why is
+    None when the dropout agrees or either side's is unknown."""
+    mine, theirs = dropout_facts(run_probe), dropout_facts(ref_probe)
+    measured = {"dropout": mine, "reference_dropout": theirs}
+    if mine is None or theirs is None:
+        return None, measured
+    ref_on, ref_off = set(theirs["on"]), set(theirs["off"])
+    on, off = set(mine["on"]), set(mine["off"])
+    switched_off = off - ref_off
+    if ref_on and switched_off:
+        return (f"dropout is off in the run's training steps: its dropout layers of rate {_rates(switched_off)} ran "
+                f"without a mask (deterministic, eval mode, a `train=False` default never overridden)"
+                + (f" and it applies {_rates(on)} elsewhere" if on else ", and none applies a mask")
+                + f"; the reference trains with dropout {_rates(ref_on)}"), measured
+    if ref_on and not on and mine["zero_rate"] and not mine["hand_masks"]:
+        return (f"dropout is off in the run's training steps: its dropout layers have rate 0 and none applies a mask; "
+                f"the reference trains with dropout {_rates(ref_on)}"), measured
+    if ref_on and on and not (ref_on & on):
+        return (f"the run trains with dropout {_rates(on)}, the reference with {_rates(ref_on)}: another strength "
+                "of regularisation (a keep probability read as a drop rate, a rate from another config)"), measured
+    if not ref_on and not ref_off and theirs["zero_rate"] and on:
+        return (f"the run trains with dropout {_rates(on)} where the reference's dropout layers all have rate 0"), \
+            measured
+    return None, measured
+
+
+def _dropout_words(measured: dict[str, Any]) -> str:
+    mine, theirs = measured.get("dropout"), measured.get("reference_dropout")
+    if mine is None or theirs is None:
+        return ""
+    return f"; dropout applied in training {_rates(mine['on']) or 'none'}, the reference {_rates(theirs['on']) or 'none'}"
 
 
 def _rebuild_steps(probe: dict[str, Any] | None) -> list[int]:
@@ -341,6 +420,10 @@ def randomness(ctx: CheckContext) -> CheckResult:
                            threshold={"seeded": True}, evidence=unseeded_why,
                            details={"run": {k: sorted(v) for k, v in seeding.items()}})
     ref = ctx.reference()
+    drop_why, drop = dropout_changed(probe, ref.probe if ref is not None else None)
+    if drop_why:
+        return CheckResult(level="L1", name=NAME, status="failed", measured=drop,
+                           threshold={"dropout": (drop["reference_dropout"] or {}).get("on")}, evidence=drop_why)
     batch_why, batch = repeated_batches(probe, ref.probe if ref is not None else None,
                                         ctx.protocol.l1.batch_repeat_excess)
     if batch_why:
@@ -353,10 +436,13 @@ def randomness(ctx: CheckContext) -> CheckResult:
                            threshold={"shared_data_share": shards["shared_data_bound"]}, evidence=shard_why)
     if shards.get("shared_data") is not None:
         batch = {**batch, **shards}
+    if drop["dropout"] is not None:
+        batch = {**batch, **drop}
     if facts is None:
-        if batch.get("batches") is not None and batch.get("reference_batches") is not None:
+        both = batch.get("batches") is not None and batch.get("reference_batches") is not None
+        if both or (batch.get("dropout") is not None and batch.get("reference_dropout") is not None):
             return CheckResult(level="L1", name=NAME, status="passed", measured=batch,
-                               threshold={"batch_repeat_share": batch["batch_repeat_bound"]},
+                               threshold={"batch_repeat_share": batch.get("batch_repeat_bound")},
                                evidence="no JAX random numbers drawn while training" + _batch_words(batch))
         return CheckResult(level="L1", name=NAME, status="not_applicable",
                            evidence="the run drew no JAX random numbers while training (torch's generators advance "

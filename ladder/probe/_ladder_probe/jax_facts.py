@@ -58,7 +58,7 @@ class Box:
     norms it computed (tracers of this trace) to hand out as an extra output."""
 
     __slots__ = ("trace", "update_seen", "grad_seen", "aux", "nested", "owner", "no_trace", "draws", "compute",
-                 "grad_io")
+                 "grad_io", "dropout")
 
     def __init__(self, owner) -> None:
         self.owner = owner
@@ -70,6 +70,7 @@ class Box:
         self.draws: list = []  # (function, key data) of each random draw made in this trace itself
         self.compute: dict = {}  # operand dtype -> count, over the matmuls and convolutions bound in this trace
         self.grad_io: list = []  # (parameters, gradient) of each jax.grad / value_and_grad applied in this trace
+        self.dropout: list = []  # (rate, on) of each Flax dropout layer called in this trace
         try:
             from jax._src import core as jcore
 
@@ -173,6 +174,8 @@ class Traced:
                 st.pop()
             rec["traces"] += 1
             _merge_compute(rec, box, st)
+            if box.dropout:
+                _merge_dropout(rec, box, st)
             if box.grad_io and (box.update_seen or box.grad_seen):
                 try:
                     _note_data_dtypes(rec, box, args, kwargs)
@@ -678,6 +681,61 @@ def _merge_compute(rec: dict, box: Box, stack: list) -> None:
             outer[d] = outer.get(d, 0) + n
 
 
+# ---------------------------------------------------------------- dropout layers (Flax)
+
+_MAX_DROPOUT_CALLS = 256  # layer calls noted per trace
+
+
+def _merge_dropout(rec: dict, box: Box, stack: list) -> None:
+    """The dropout rates a function's traces applied ("on") and those its layers were called with but did not apply
+    ("off": `deterministic=True`, a `train=False` default), and whether a layer had rate 0; a function traced inside another's trace adds its own to
+    the enclosing one (the model's jitted forward called by the jitted step)."""
+    d = rec.setdefault("dropout", {"on": [], "off": [], "calls": 0, "zero_rate": False})
+    for rate, on in box.dropout:
+        if rate == 0:
+            d["zero_rate"] = True
+            continue
+        side = d["on" if on else "off"]
+        if rate not in side:
+            side.append(rate)
+            side.sort()
+        d["calls"] += 1
+    if stack and len(stack[-1].dropout) < _MAX_DROPOUT_CALLS:
+        stack[-1].dropout.extend(box.dropout[:_MAX_DROPOUT_CALLS - len(stack[-1].dropout)])
+
+
+def _wrap_dropout(cls) -> None:
+    """A Flax dropout layer (linen's or nnx's `Dropout`): each call inside a traced function notes its rate and
+    whether it applied a mask. Both return their input itself when they do not (`deterministic`, or a rate of 0), so
+    the layer's own decision is read from its output, whatever flag or default made it. The call is the layer's."""
+    orig = cls.__dict__.get("__call__") if isinstance(cls, type) else None
+    if orig is None or getattr(orig, "_ladder_wrapped", False):
+        return
+
+    def __call__(self, *args, **kwargs):
+        out = orig(self, *args, **kwargs)
+        box = current_box()
+        if box is not None and len(box.dropout) < _MAX_DROPOUT_CALLS:
+            try:
+                rate = getattr(self, "rate", None)
+                if isinstance(rate, (int, float)) and not isinstance(rate, bool) and rate >= 0:
+                    x = args[0] if args else kwargs.get("inputs")
+                    box.dropout.append((round(float(rate), 6), out is not x))
+            except Exception as e:
+                core.record_error("flax dropout", e)
+        return out
+
+    core.replace(cls, "__call__", __call__, orig)
+
+
+def on_flax_linen(linen) -> None:
+    _wrap_dropout(getattr(linen, "Dropout", None))
+
+
+def on_flax_nnx(nnx) -> None:
+    _wrap_dropout(getattr(nnx, "Dropout", None))
+
+
 # ---------------------------------------------------------------- random draws
 
 # jax.random functions that consume a key. The same key gives the same numbers: JAX's contract is that a key
@@ -943,7 +1001,7 @@ def on_jax(jax) -> None:
     atexit.register(core.finalise)
 
 
-HOOKS = {"jax": on_jax}
+HOOKS = {"jax": on_jax, "flax.linen": on_flax_linen, "flax.nnx": on_flax_nnx}
 
 
 def _wrap_device_put(jax) -> None:

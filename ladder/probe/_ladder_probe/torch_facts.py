@@ -36,6 +36,7 @@ def reset() -> None:
               window=None, steps_in_eval={"steps": 0, "first": None, "module": None}, clip=None, scaler_steps=0,
               scaler_skipped=0, gn_cost=None, gn_recent=[], stale={"steps": 0, "judged": 0, "first": None},
               zeroed=True, grad_ref=None, schedule_first=[],
+              dropout={"steps": 0, "layers": 0, "on": [], "off": [], "on_steps": 0, "off_steps": 0, "zero_rate": False},
               clip_cover={"calls": 0, "min_elements": None, "max_elements": None, "first_empty": None},
               gn_interval=None, gn_t=None, gn_timed=False, xla_live=None, modules_seen=[],
               upd_pending=None, upd_window=[], upd_io=None, upd_live=None,
@@ -715,6 +716,8 @@ def _optimizer_pre_hook(optimizer, args, kwargs):
         if _grad_norms_on() and core.grad_norms.owner in (None, id(optimizer)):
             _grad_norm(optimizer, step)
         _note_stale_grad(optimizer, step)
+        if step <= _DROPOUT_FIRST or (step % _DROPOUT_EVERY == 0 and _s["dropout"]["steps"] < _DROPOUT_MAX_STEPS):
+            _note_dropout()
         if core.grad_norms.owner in (None, id(optimizer)):
             _keep_update_io(step)
         every = int(core.opts.get("sample_every", 50))
@@ -1229,6 +1232,46 @@ def _snapshot_dynamo() -> dict | None:
     return {**_s["dynamo"], "counters": counters}
 
 
+# ---------------------------------------------------------------- dropout layers
+
+_DROPOUT_FIRST = 5  # optimizer steps whose model's dropout layers are all read, then every _DROPOUT_EVERY-th
+_DROPOUT_EVERY = 25
+_DROPOUT_MAX_STEPS = 40
+
+
+def _note_dropout() -> None:
+    """The dropout layers of the trained model (the outermost module) at an optimizer step: the rates of those in
+    training mode ("on": they masked this step's forward) and of those in eval mode ("off"), rates above 0; the
+    layers of rate 0 are counted apart. A module's flags are read, no tensor."""
+    root = _s["root"]() if _s["root"] is not None else None
+    torch = sys.modules.get("torch")
+    if root is None or torch is None:
+        return
+    base = getattr(getattr(getattr(torch.nn, "modules", None), "dropout", None), "_DropoutNd", None)
+    if base is None:
+        return
+    d = _s["dropout"]
+    d["steps"] += 1
+    on_step = off_step = False
+    layers = 0
+    for m in root.modules():
+        p = getattr(m, "p", None) if isinstance(m, base) else None
+        if not isinstance(p, (int, float)):
+            continue
+        layers += 1
+        if p <= 0:
+            d["zero_rate"] = True
+            continue
+        side = d["on"] if m.training else d["off"]
+        if round(float(p), 6) not in side:
+            side.append(round(float(p), 6))
+            side.sort()
+        on_step, off_step = on_step or m.training, off_step or not m.training
+    d["layers"] = max(d["layers"], layers)
+    d["on_steps"] += on_step
+    d["off_steps"] += off_step
+
+
 # ---------------------------------------------------------------- exit
 
 def _nonfinite_params() -> list | None:
@@ -1261,6 +1304,7 @@ def snapshot() -> dict:
     facts["stale_grad_steps"] = dict(_s["stale"])
     facts["schedule_before_step"] = list(_s["schedule_first"])
     facts["clip_coverage"] = dict(_s["clip_cover"])
+    facts["dropout"] = dict(_s["dropout"])
     out = {"torch": facts,
            "eval_windows": _s["eval_windows"], "dynamo": _snapshot_dynamo()}
     try:
