@@ -1,0 +1,1 @@
+../xla_mp_device_loader/parity_adapter.py
