@@ -378,6 +378,26 @@ def test_a_decay_written_out_without_a_clip_is_told_by_replaying_the_update(runs
 
 
 @pytest.mark.slow
+@pytest.mark.jax
+def test_a_decay_written_out_beside_an_optax_chain_is_told_by_replaying_the_update(runs, torch_python,
+                                                                                     jax_python) -> None:
+    # round 19's charlm/benign_jax_decay_outside_optax, in small: the optax chain has no decay, the step adds
+    # 0.01 x the parameters to the gradient before tx.update (torch's coupled decay written out). The probe now
+    # samples an optax step's parameters and gradients too (an extra output of the step, as for a hand-written
+    # update); the reference's SGD(weight_decay=0.01) replayed on them reproduces the run's updates. No decay, or
+    # 0.05, does not, and stays a difference
+    ref = runs(torch_python, "torch_train.py", "--fault", "weight_decay")
+    by_hand = runs(jax_python, "jax_train.py", "--decay-by-hand")
+    assert by_hand.probe["update_samples"]["function"] == "jit(train_step)"
+    c = l2(by_hand, "jax-cpu", ref)["optimizer_unchanged"]
+    assert c.status == "passed" and "weight_decay 0.01 -> None" in c.evidence, c.evidence
+    assert "the update is the reference's SGD" in c.evidence and "written out by hand" in c.evidence, c.evidence
+    for extra in ((), ("--decay-by-hand", "0.05")):
+        wrong = l2(runs(jax_python, "jax_train.py", *extra), "jax-cpu", ref)["optimizer_unchanged"]
+        assert wrong.status == "failed" and "weight_decay 0.01 -> None" in wrong.evidence, (extra, wrong.evidence)
+
+
+@pytest.mark.slow
 def test_a_clip_that_never_bound_is_noted_not_a_difference(runs, torch_python, reference) -> None:
     # the probe keeps the largest norm clip_grad_norm_ received over every step (gradient norms themselves are
     # thinned): a clip at 1000 never acts on this model's norms, one at 0.05 acts on every step

@@ -1226,15 +1226,15 @@ def _windows_text(windows: list[list[int]]) -> str:
 
 def update_replayed(probe: dict[str, Any] | None, ref_opt: dict[str, Any], ignore: list[str],
                     diffs: list[str]) -> str | None:
-    """Where a torch run's optimizer is configured otherwise than the reference's (`diffs`): is its update, with
-    what the program does by hand between the backward pass and optimizer.step (a decay added to the gradient,
-    the parameters decayed, a clip), the reference's? The probe samples the parameters and the gradients as the
-    backward left them over the optimizer's first steps (ladder/probe/_ladder_probe/torch_facts.py); the
+    """Where a run's optimizer (torch's, or an optax chain) is configured otherwise than the reference's (`diffs`):
+    is its update, with what the program does by hand around it (a decay added to the gradient, the parameters
+    decayed outside the optax chain, a clip), the reference's? The probe samples the parameters and the gradients as
+    the backward pass or `jax.grad` left them over the optimizer's first steps (torch_facts.py, jax_facts.py); the
     reference's optimizer is replayed on them (ladder.checks.replay) and must reproduce every sampled tensor's
     updates to float32 rounding with the reference's own settings. A clip difference is explained only where the
     reference's clip bound in the replayed steps. The note that says so, or None."""
     samples = (probe or {}).get("update_samples")
-    if not samples or samples.get("function") != "torch optimizer.step":
+    if not samples or not samples.get("windows"):
         return None
     rep = replay(samples, ref_opt)
     if rep.record is None or rep.diffs or optimizer_diff(rep.record, ref_opt, ignore):
@@ -1413,7 +1413,10 @@ def optimizer_unchanged(ctx: CheckContext) -> CheckResult:
         covered = clip_coverage_difference(probe, mine[0], ref.probe, theirs[0], ctx.protocol.l2.clip_coverage_tol)
         if covered:
             diffs.append(covered)
-    if diffs and mine[0].get("framework") == "torch":
+    # an optax chain's other differences are structural (a step size before the momentum is torch's SGD only at a
+    # constant rate): its replay explains a weight decay written out beside it, nothing else
+    decay_alone = mine[0].get("framework") == "optax" and not optimizer_diff(mine[0], theirs[0], [*ignore, "weight_decay"])
+    if diffs and (mine[0].get("framework") == "torch" or decay_alone):
         explained = update_replayed(probe, theirs[0], ignore, diffs)
         if explained:
             notes.append(explained)

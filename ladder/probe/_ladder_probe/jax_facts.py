@@ -201,7 +201,7 @@ class Traced:
                 rec["draws"] = [name for name, _ in box.draws]
                 keys = tuple(k for _, k in box.draws)
             upd = None
-            if box.grad_io and not box.update_seen and self._aux_ok:
+            if box.grad_io and self._aux_ok:  # an optax step too: its update replayed where its settings differ
                 try:
                     upd = _update_io(rec, box)
                 except Exception as e:
