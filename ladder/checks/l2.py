@@ -514,39 +514,10 @@ def numerics(ctx: CheckContext) -> CheckResult:
 
 # ---------------------------------------------------------------- evaluation complete
 
-def probe_eval_items(run: RunRecord) -> list[int] | None:
-    """Items the program evaluated, per evaluation, as the probe counted them: the batches a torch module in
-    eval mode saw, or the rows of jitted functions called only at evaluation steps. None when it cannot tell."""
-    probe = run.probe or {}
-    windows = probe.get("eval_windows") or []
-    if windows:
-        return [int(w.get("items") or 0) for w in windows]
-    from ladder.runs.probe_report import eval_steps, main_process
-
-    main = main_process(probe)
-    if main is None or not (main.get("jax") or {}).get("functions"):
-        return None
-    evals = eval_steps(run, main)
-    steps = int((main.get("clock") or {}).get("steps") or 0)
-    if not evals or not steps:
-        return None
-    per_eval: dict[int, int] = {}
-    for f in main["jax"]["functions"]:
-        if f.get("train"):
-            continue
-        rows = {int(s): (int(c), int(r)) for s, c, r in f.get("by_step") or []}
-        at = set(rows)
-        outside = {s for s in at if s not in evals and s < steps}
-        if not at or outside:  # called during training too: not an evaluation function
-            continue
-        for s, (_, r) in rows.items():
-            per_eval[s] = per_eval.get(s, 0) + r
-    return [per_eval[s] for s in sorted(per_eval)] or None
-
-
-def _eval_dropout(run: RunRecord) -> list[tuple[str, list[float]]]:
-    """The jitted functions of a JAX run that run only at evaluation (as probe_eval_items finds them) and applied
-    dropout there: (name, rates), from the probe's Flax dropout layers (the mask applied, not the input returned)."""
+def _eval_functions(run: RunRecord, need_evals: bool) -> list[tuple[dict[str, Any], dict[int, int]]]:
+    """The jitted functions of a JAX run's main process called only at evaluation steps (from the log's eval lines)
+    or after the last training step, each with its rows per step; none without a step clock, or without logged
+    evaluations when `need_evals`. Training steps (the optimizer update traced inside) are left out."""
     from ladder.runs.probe_report import eval_steps, main_process
 
     main = main_process(run.probe or {})
@@ -554,15 +525,36 @@ def _eval_dropout(run: RunRecord) -> list[tuple[str, list[float]]]:
         return []
     evals = eval_steps(run, main)
     steps = int((main.get("clock") or {}).get("steps") or 0)
+    if not steps or (need_evals and not evals):
+        return []
     out = []
     for f in main["jax"]["functions"]:
-        on = (f.get("dropout") or {}).get("on")
-        if not on or f.get("train") or f.get("grad") or not steps:
+        if f.get("train"):
             continue
-        at = {int(s) for s, _, _ in f.get("by_step") or []}
-        if at and not {s for s in at if s not in evals and s < steps}:
-            out.append((str(f.get("name")), list(on)))
+        rows = {int(s): int(r) for s, _, r in f.get("by_step") or []}
+        if rows and not {s for s in rows if s not in evals and s < steps}:  # never called during training
+            out.append((f, rows))
     return out
+
+
+def probe_eval_items(run: RunRecord) -> list[int] | None:
+    """Items the program evaluated, per evaluation, as the probe counted them: the batches a torch module in
+    eval mode saw, or the rows of jitted functions called only at evaluation steps. None when it cannot tell."""
+    windows = (run.probe or {}).get("eval_windows") or []
+    if windows:
+        return [int(w.get("items") or 0) for w in windows]
+    per_eval: dict[int, int] = {}
+    for _, rows in _eval_functions(run, need_evals=True):
+        for s, r in rows.items():
+            per_eval[s] = per_eval.get(s, 0) + r
+    return [per_eval[s] for s in sorted(per_eval)] or None
+
+
+def _eval_dropout(run: RunRecord) -> list[tuple[str, list[float]]]:
+    """The jitted functions of a JAX run that run only at evaluation (as probe_eval_items finds them) and applied
+    dropout there: (name, rates), from the probe's Flax dropout layers (the mask applied, not the input returned)."""
+    return [(str(f.get("name")), list(f["dropout"]["on"])) for f, _ in _eval_functions(run, need_evals=False)
+            if (f.get("dropout") or {}).get("on") and not f.get("grad")]
 
 
 def _evaluated_with_dropout(run: RunRecord, ref: RunRecord) -> str | None:
@@ -1375,16 +1367,15 @@ def optimizer_unchanged(ctx: CheckContext) -> CheckResult:
         notes.append(f"{len(frozen)} tensor(s) frozen by optax.set_to_zero() are not optimized and are compared as "
                      f"the reference's buffers are, left out: " + ", ".join(str(t[0]) for t in frozen[:4]))
     diffs = optimizer_diff(mine[0], theirs[0], ignore, notes) + replayed
+    no_decay = optimizer_diff(mine[0], theirs[0], [*ignore, "weight_decay"])  # the differences but weight decay's
     clip_ref = _max_norm(theirs[0])
     if diffs and ctx.options.get("parity"):  # a weight-decay difference parity shows moved into the loss
-        no_decay = optimizer_diff(mine[0], theirs[0], [*ignore, "weight_decay"])
         decay_only = [d for d in diffs if d not in no_decay]
         moved = decay_moved(mine[0], theirs[0], _parity_report(ctx), ignore) if decay_only else None
         if moved:
             diffs = [d for d in diffs if d not in decay_only] + [d for d in no_decay if d not in diffs]
             notes.append(moved)
     if diffs:  # a weight-decay difference the gradient norms show added to the gradient by hand
-        no_decay = optimizer_diff(mine[0], theirs[0], [*ignore, "weight_decay"])
         decay_only = [d for d in diffs if d not in no_decay]
         by_hand = (decay_by_hand(probe, mine[0], ref.probe, theirs[0], ignore, ctx.protocol.l2.decay_fit_tol)
                    if decay_only else None)
@@ -1415,7 +1406,7 @@ def optimizer_unchanged(ctx: CheckContext) -> CheckResult:
             diffs.append(covered)
     # an optax chain's other differences are structural (a step size before the momentum is torch's SGD only at a
     # constant rate): its replay explains a weight decay written out beside it, nothing else
-    decay_alone = mine[0].get("framework") == "optax" and not optimizer_diff(mine[0], theirs[0], [*ignore, "weight_decay"])
+    decay_alone = mine[0].get("framework") == "optax" and not no_decay
     if diffs and (mine[0].get("framework") == "torch" or decay_alone):
         explained = update_replayed(probe, theirs[0], ignore, diffs)
         if explained:

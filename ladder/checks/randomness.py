@@ -235,8 +235,7 @@ def dropout_changed(run_probe: dict[str, Any] | None, ref_probe: dict[str, Any] 
     """Whether the run trains with other dropout than the reference: layers of a rate the reference applies called
     without a mask in its training steps (where the reference's own are not), layers of rate 0 only (no mask drawn by
     hand either), rates that share none with the reference's, or dropout applied where the reference's layers all
-    have rate 0. Returns (why, measured); why is
-    None when the dropout agrees or either side's is unknown."""
+    have rate 0. Returns (why, measured); why is None when the dropout agrees or either side's is unknown."""
     mine, theirs = dropout_facts(run_probe), dropout_facts(ref_probe)
     measured = {"dropout": mine, "reference_dropout": theirs}
     if mine is None or theirs is None:

@@ -688,9 +688,9 @@ _MAX_DROPOUT_CALLS = 256  # layer calls noted per trace
 
 def _merge_dropout(rec: dict, box: Box, stack: list) -> None:
     """The dropout rates a function's traces applied ("on") and those its layers were called with but did not apply
-    ("off": `deterministic=True`, a `train=False` default), and whether a layer had rate 0; a function traced inside another's trace adds its own to
-    the enclosing one (the model's jitted forward called by the jitted step)."""
-    d = rec.setdefault("dropout", {"on": [], "off": [], "calls": 0, "zero_rate": False})
+    ("off": `deterministic=True`, a `train=False` default), and whether a layer had rate 0; a function traced inside
+    another's trace adds its own to the enclosing one (the model's jitted forward called by the jitted step)."""
+    d = rec.setdefault("dropout", {"on": [], "off": [], "zero_rate": False})
     for rate, on in box.dropout:
         if rate == 0:
             d["zero_rate"] = True
@@ -699,7 +699,6 @@ def _merge_dropout(rec: dict, box: Box, stack: list) -> None:
         if rate not in side:
             side.append(rate)
             side.sort()
-        d["calls"] += 1
     if stack and len(stack[-1].dropout) < _MAX_DROPOUT_CALLS:
         stack[-1].dropout.extend(box.dropout[:_MAX_DROPOUT_CALLS - len(stack[-1].dropout)])
 

@@ -36,7 +36,7 @@ def reset() -> None:
               window=None, steps_in_eval={"steps": 0, "first": None, "module": None}, clip=None, scaler_steps=0,
               scaler_skipped=0, gn_cost=None, gn_recent=[], stale={"steps": 0, "judged": 0, "first": None},
               zeroed=True, grad_ref=None, schedule_first=[],
-              dropout={"steps": 0, "layers": 0, "on": [], "off": [], "on_steps": 0, "off_steps": 0, "zero_rate": False},
+              dropout={"steps": 0, "layers": 0, "on": [], "off": [], "zero_rate": False},
               clip_cover={"calls": 0, "min_elements": None, "max_elements": None, "first_empty": None},
               gn_interval=None, gn_t=None, gn_timed=False, xla_live=None, modules_seen=[],
               upd_pending=None, upd_window=[], upd_io=None, upd_live=None,
@@ -1252,7 +1252,6 @@ def _note_dropout() -> None:
         return
     d = _s["dropout"]
     d["steps"] += 1
-    on_step = off_step = False
     layers = 0
     for m in root.modules():
         p = getattr(m, "p", None) if isinstance(m, base) else None
@@ -1266,10 +1265,7 @@ def _note_dropout() -> None:
         if round(float(p), 6) not in side:
             side.append(round(float(p), 6))
             side.sort()
-        on_step, off_step = on_step or m.training, off_step or not m.training
     d["layers"] = max(d["layers"], layers)
-    d["on_steps"] += on_step
-    d["off_steps"] += off_step
 
 
 # ---------------------------------------------------------------- exit
