@@ -1109,6 +1109,38 @@ def test_one_shard_on_every_device_or_process_fails_randomness(runs, jax_python,
 
 @pytest.mark.slow
 @pytest.mark.jax
+def test_a_batch_read_per_device_fails_randomness_on_the_items_consumed(runs, jax_python, torch_python,
+                                                                         reference) -> None:
+    # round 19's miss (dpclass/jax_pmap_batch_per_device): the global batch size taken as each device's, so every
+    # step consumes twice the reference's items while the curves, averaged over a larger batch, stay within noise.
+    # The probe counts each training input's shapes on both sides; items are counted in the reference's item size,
+    # so a pmap's (devices, per-device batch, ...) layout is the same items, and summed over processes (DDP ranks)
+    from ladder.checks.randomness import randomness
+
+    def check(run: RunRecord, ref: RunRecord) -> CheckResult:
+        return randomness(CheckContext(run=run, protocol=load_protocol(), baseline=_baseline(ref)))
+
+    for mode in ("pmap", "jit"):
+        faithful = runs(jax_python, "jax_shards.py", "--mode", mode)
+        fault = runs(jax_python, "jax_shards.py", "--mode", mode, "--batch-per-device")
+        assert [p.loss for p in fault.loss_curve] != [p.loss for p in faithful.loss_curve]  # the fault acts
+        ok = check(faithful, reference)  # torch_train.py: 32 rows a step on one device, 40 steps
+        assert ok.status == "passed", (mode, ok.evidence)
+        assert ok.measured["consumed"]["items"] == ok.measured["reference_consumed"]["items"] == 40 * 32, ok.measured
+        assert ok.measured["consumed_ratio"] == 1.0
+        c = check(fault, reference)
+        assert c.status == "failed", (mode, c.evidence)
+        assert "consumed 2560 items of shape (8,) in all (64 a step over 40 steps)" in c.evidence, c.evidence
+        assert "the reference's 1280 (32 a step over 40 steps): 2.00 times as many" in c.evidence, c.evidence
+        assert check(fault, fault).status == "passed"  # relative: a reference that does the same is not blamed
+    ddp = runs(torch_python, "ddp_train.py")  # 2 ranks of 32 rows: 64 a step, counted over both processes
+    assert check(runs(jax_python, "jax_shards.py", "--batch-per-device"), ddp).status == "passed"
+    c = check(runs(jax_python, "jax_shards.py"), ddp)
+    assert c.status == "failed" and "(32+32 a step over 40 steps): 0.50 times as many" in c.evidence, c.evidence
+
+
+@pytest.mark.slow
+@pytest.mark.jax
 def test_host_draws_no_seed_controls_fail_randomness_on_a_jax_port(runs, jax_python, torch_python) -> None:
     # round 14's dpclass/jax_numpy_shuffle_unseeded and regress/fault_jax_default_rng_unseeded: a JAX port whose
     # keys come from --seed and whose epoch order comes from numpy's global generator never seeded, or from a

@@ -24,6 +24,11 @@ batch-sharded jit (the host batch's device slices all equal), or every process i
 its own shard (the inputs one process trains on fingerprinted by another too). Each step then sees a fraction of the
 data it should, and the curves, averaged over the copies, stay within noise.
 
+A port may also consume another number of items in all: the global batch size read as each device's (a pmap given
+the whole batch on every device), half a batch, or other epochs. Its curves, averaged over a larger batch, stay within
+noise. The probe records the shapes of each training input on both sides (batches.py); the items are counted in the
+size of one item of the reference's first training input and summed over steps and processes.
+
 A port may also change the dropout the reference trains with, while its curves stay within noise for a long time:
 a Flax layer left deterministic in the training step (`train: bool = False` by default, the flag never passed), a
 rate that is not the reference's (a keep probability read as a drop rate), or dropout the reference has at rate 0
@@ -182,11 +187,100 @@ def shared_shards(run_probe: dict[str, Any] | None, ref_probe: dict[str, Any] | 
         measured
 
 
+MIN_SHAPED_SHARE = 0.9  # of a process's training steps whose inputs' items could be counted, for it to be judged
+
+
+def _item_shape(probe: dict[str, Any] | None) -> tuple[int, ...] | None:
+    """The shape of one item of the reference's training data: its most common step's first input without its
+    leading (batch) axis, e.g. (32,) for a feature vector or (64,) for a token window. None for a first input of one
+    axis (token ids, targets: any array would match) or none at all."""
+    best = None
+    for b in (probe or {}).get("batches") or []:
+        for notes, n in (b.get("shapes") or {}).get("per_step") or []:
+            if notes and notes[0] and (best is None or n > best[1]):
+                best = (notes[0][0], n)
+    if best is None or len(best[0]) < 2 or math.prod(best[0][1:]) < 2:
+        return None
+    return tuple(best[0][1:])
+
+
+def _step_items(notes: list, item: tuple[int, ...]) -> int | None:
+    """The items one training step consumed: for each input it was given (a forward call, a jitted step), the
+    largest count of rows of one item's size among its values, behind one or two leading axes (a batch (B, *item),
+    a pmap's (devices, B/devices, *item), micro-batches (k, B/k, *item); an image's axes in another order; the
+    inputs and targets of a language model count once), summed over the step's inputs (micro-batches of an
+    accumulated step). None when an input has no value of that size."""
+    total, size = 0, math.prod(item)
+    for shapes in notes:
+        rows = [math.prod(s[:j]) for s in shapes for j in (1, 2) if len(s) > j and math.prod(s[j:]) == size]
+        if not rows:
+            return None
+        total += max(rows)
+    return total
+
+
+def consumed_items(probe: dict[str, Any] | None, item: tuple[int, ...] | None) -> dict[str, Any] | None:
+    """The items all training steps of a run consumed together, summed over its processes, with its most common
+    items per step and its step count; None when a process's steps could not be counted (no inputs of the item
+    shape: data indexed inside the step, a flattened batch)."""
+    if item is None:
+        return None
+    total, steps, modes = 0, 0, []
+    for b in (probe or {}).get("batches") or []:
+        shapes = b.get("shapes") or {}
+        if not shapes.get("steps"):
+            continue
+        counted, items, per = 0, 0, {}
+        for notes, n in shapes.get("per_step") or []:
+            k = _step_items(notes, item) if notes is not None else None
+            if k is not None:
+                counted += n
+                items += k * n
+                per[k] = per.get(k, 0) + n
+        if counted < MIN_SHAPED_SHARE * shapes["steps"]:
+            return None
+        total += round(items * shapes["steps"] / counted)
+        steps = max(steps, shapes["steps"])
+        modes.append(max(per, key=per.get))
+    if not modes:
+        return None
+    return {"items": total, "steps": steps, "per_step": modes, "item_shape": list(item)}
+
+
+def consumed_changed(run_probe: dict[str, Any] | None, ref_probe: dict[str, Any] | None,
+                     tol: float) -> tuple[str | None, dict[str, Any]]:
+    """Whether the run's training steps consumed other items in all than the reference's: more or fewer than
+    `tol` of them apart. A batch read per device where the reference reads it per step (each device given the
+    whole batch), half a batch, or other epochs train on other data in all while the curves, averaged over a
+    larger or smaller batch, stay within noise. Items are counted in the reference's item shape, so a pmap's
+    (devices, per-device batch) layout or micro-batches are the same items."""
+    item = _item_shape(ref_probe)
+    mine, theirs = consumed_items(run_probe, item), consumed_items(ref_probe, item)
+    measured: dict[str, Any] = {"consumed": mine, "reference_consumed": theirs}
+    if mine is None or theirs is None or not theirs["items"]:
+        return None, measured
+    ratio = mine["items"] / theirs["items"]
+    measured["consumed_ratio"] = round(ratio, 4)
+    if abs(ratio - 1) <= tol:
+        return None, measured
+    per = "+".join(str(k) for k in mine["per_step"])
+    ref_per = "+".join(str(k) for k in theirs["per_step"])
+    return (f"the run's training steps consumed {mine['items']} items of shape {tuple(item)} in all ({per} a step "
+            f"over {mine['steps']} steps), the reference's {theirs['items']} ({ref_per} a step over {theirs['steps']} "
+            f"steps): {ratio:.2f} times as many (within {tol:.0%} allowed), so each update averages over another "
+            "batch or the run sees the data another number of times (a batch read per device where the reference "
+            "reads one per step, a batch size or an epoch count not the reference's)"), measured
+
+
 def _batch_words(measured: dict[str, Any]) -> str:
     mine, theirs = measured.get("batches"), measured.get("reference_batches")
     shared = measured.get("shared_data")
     words = "" if shared is None else f"; inputs shared by {shared['across']} {shared['shared']}/{shared['inputs']}"
     words += _dropout_words(measured)
+    used = measured.get("consumed")
+    if used is not None and measured.get("reference_consumed") is not None:
+        words += (f"; items consumed by the training steps {used['items']}, the reference "
+                  f"{measured['reference_consumed']['items']}")
     if mine is None and theirs is None:
         return words
     if mine is None or theirs is None:
@@ -433,8 +527,15 @@ def randomness(ctx: CheckContext) -> CheckResult:
     if shard_why:
         return CheckResult(level="L1", name=NAME, status="failed", measured={**batch, **shards},
                            threshold={"shared_data_share": shards["shared_data_bound"]}, evidence=shard_why)
+    items_why, items = consumed_changed(probe, ref.probe if ref is not None else None, ctx.protocol.l1.items_rel_tol)
+    if items_why:
+        return CheckResult(level="L1", name=NAME, status="failed", measured={**batch, **items},
+                           threshold={"consumed_ratio": [1 - ctx.protocol.l1.items_rel_tol,
+                                                         1 + ctx.protocol.l1.items_rel_tol]}, evidence=items_why)
     if shards.get("shared_data") is not None:
         batch = {**batch, **shards}
+    if items.get("consumed") is not None:
+        batch = {**batch, **items}
     if drop["dropout"] is not None:
         batch = {**batch, **drop}
     if facts is None:

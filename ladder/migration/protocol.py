@@ -42,6 +42,7 @@ class L1Rules(_Section):
     trend_near_flat: float
     random_repeat_calls: int
     batch_repeat_excess: float = 0.05
+    items_rel_tol: float = 0.1
     same_seed_start_tol: float
     same_seed_max_drift: float
     same_seed_factor: float

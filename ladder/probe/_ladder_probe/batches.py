@@ -30,7 +30,7 @@ _lock = threading.Lock()
 def reset() -> None:
     _s.clear()
     _s.update(fps=[], sources={}, unmeasured=0, copies=collections.OrderedDict(), chunked=0, replicated=0,
-              first_replicated=None, devices=0)
+              first_replicated=None, devices=0, sizes={}, size_steps=0, size_step=None, size_notes=[], last={})
 
 
 reset()
@@ -172,10 +172,65 @@ def note_chunks(arrays: list, devices: int, step: int) -> None:
         core.record_error("batch chunks", e)
 
 
+MAX_SIGNATURES = 64  # distinct per-step shapes kept (then counted as "other")
+
+
+def note_shapes(values: list, place: str, step: int) -> None:
+    """The shapes of one training input's data values (a forward call's tensors, a jitted step's data leaves), for
+    the items each optimizer step consumes (ladder.checks.randomness compares them with the reference's: a batch
+    read per device instead of per step, half a batch, more epochs). No value is read. A value that is the very
+    object the previous step at the same place was given (a whole dataset handed to every step beside the indices)
+    is not a batch and is left out; the previous step's values are held weakly, so an address used again by a new
+    batch does not count as the same object."""
+    try:
+        import weakref
+
+        shapes, last, now = [], _s["last"], {}
+        for i, v in enumerate(values):
+            key = f"{place}:{i}"
+            ref = last.get(key)
+            if ref is not None and ref() is v:
+                now[key] = ref
+                continue
+            try:
+                now[key] = weakref.ref(v)
+            except TypeError:
+                pass
+            shapes.append([int(d) for d in v.shape])
+        last.update(now)
+        if _s["size_step"] != step:
+            _flush_shapes()
+            _s["size_step"] = step
+        _s["size_notes"].append(shapes)
+    except Exception as e:  # never into the program
+        core.record_error("batch shapes", e)
+
+
+def _flush_shapes() -> None:
+    notes = _s["size_notes"]
+    if not notes:
+        return
+    key = repr(notes)
+    sizes = _s["sizes"]
+    if key in sizes or len(sizes) < MAX_SIGNATURES:
+        sizes[key] = sizes.get(key, 0) + 1
+    else:
+        sizes["other"] = sizes.get("other", 0) + 1
+    _s["size_steps"] += 1
+    _s["size_notes"] = []
+
+
 def snapshot() -> dict:
-    if not _s["fps"] and not _s["unmeasured"]:
+    _flush_shapes()
+    if not _s["fps"] and not _s["unmeasured"] and not _s["size_steps"]:
         return {}
     out = {"fps": list(_s["fps"]), "sources": dict(_s["sources"]), "unmeasured": _s["unmeasured"], "max_fps": MAX_FPS}
+    if _s["size_steps"]:
+        import ast
+
+        out["shapes"] = {"steps": _s["size_steps"],
+                         "per_step": [[None if k == "other" else ast.literal_eval(k), n]
+                                      for k, n in sorted(_s["sizes"].items(), key=lambda kv: -kv[1])]}
     if _s["chunked"]:
         out["chunks"] = {"devices": _s["devices"], "inputs": _s["chunked"], "replicated": _s["replicated"],
                          "first": _s["first_replicated"]}

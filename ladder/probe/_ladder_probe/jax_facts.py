@@ -349,33 +349,37 @@ def _note_batch(rec: dict, args, kwargs) -> None:
     """A training step's data arguments, fingerprinted (batches.py) from host memory: numpy arrays, JAX arrays on the
     CPU backend, or arrays the probe saw `jax.device_put` copy from the host. Nothing is read from an accelerator."""
     where = rec.get("data_args")
-    if not where or batches.full():
+    if not where:
         return
     jax = sys.modules["jax"]
-    devices = _s.get("local_devices")
-    if devices is None:
-        devices = _s["local_devices"] = int(jax.local_device_count())
-    parts, hosts = [], []
+    data = []
     for place in where:
         if isinstance(place, int) and place >= len(args):
             continue
         arg = args[place] if isinstance(place, int) else kwargs.get(place)
-        for x in jax.tree_util.tree_leaves(arg):
-            if int(getattr(x, "size", 0) or 0) < batches.MIN_SIZE or _is_key(jax, x):
-                continue
-            part, host = batches.copied_part(x), None
-            if type(x).__module__.startswith("numpy"):
-                host = x
-            elif (part is None or devices > 1) and all(getattr(d, "platform", "") == "cpu" for d in _devices(x)) \
-                    and not x.is_deleted():  # read only where the fingerprint or the device slices need it
-                import numpy as np
+        data += [x for x in jax.tree_util.tree_leaves(arg)
+                 if int(getattr(x, "size", 0) or 0) >= batches.MIN_SIZE and not _is_key(jax, x)]
+    batches.note_shapes(data, rec["name"], core.clock.step)
+    if batches.full():
+        return
+    devices = _s.get("local_devices")
+    if devices is None:
+        devices = _s["local_devices"] = int(jax.local_device_count())
+    parts, hosts = [], []
+    for x in data:
+        part, host = batches.copied_part(x), None
+        if type(x).__module__.startswith("numpy"):
+            host = x
+        elif (part is None or devices > 1) and all(getattr(d, "platform", "") == "cpu" for d in _devices(x)) \
+                and not x.is_deleted():  # read only where the fingerprint or the device slices need it
+            import numpy as np
 
-                with core.quiet():
-                    host = np.asarray(x)  # the CPU backend: host memory already, nothing moves
-            if part is None and host is not None:
-                part = batches.numpy_part(host)
-            parts.append(part)
-            hosts.append(host)
+            with core.quiet():
+                host = np.asarray(x)  # the CPU backend: host memory already, nothing moves
+        if part is None and host is not None:
+            part = batches.numpy_part(host)
+        parts.append(part)
+        hosts.append(host)
     batches.note(parts, "jax step", core.clock.step)  # ticked before the call
     if devices > 1 and hosts and all(h is not None for h in hosts):  # all in host memory: split as the devices get it
         batches.note_chunks(hosts, devices, core.clock.step)

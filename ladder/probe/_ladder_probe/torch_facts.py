@@ -621,20 +621,22 @@ def _watch_batches(module) -> None:
 
 
 def _batch_hook(module, args, kwargs):
-    if _IS_COMPILING[0]() or not module.training or core.clock.eval or core.clock.in_step or batches.full():
+    if _IS_COMPILING[0]() or not module.training or core.clock.eval or core.clock.in_step:
         return None
     try:
         torch = sys.modules["torch"]
         if not torch.is_grad_enabled():
             return None  # a forward under no_grad in train mode: an evaluation that kept the mode
-        Tensor, parts = torch.Tensor, []
+        Tensor = torch.Tensor
         values = args[:4] if isinstance(args, tuple) else ()
         if kwargs:
             values = (*values, *list(kwargs.values())[:4])
-        for t in values:
-            if isinstance(t, Tensor) and t.numel() >= batches.MIN_SIZE:
-                parts.append(batches.torch_part(t) if t.is_cpu else batches.copied_part(t))
-        batches.note(parts, "torch forward", core.clock.step + 1)  # before the step's optimizer.step ticks the clock
+        data = [t for t in values if isinstance(t, Tensor) and t.numel() >= batches.MIN_SIZE]
+        step = core.clock.step + 1  # before the step's optimizer.step ticks the clock
+        batches.note_shapes(data, "torch forward", step)
+        if not batches.full():
+            batches.note([batches.torch_part(t) if t.is_cpu else batches.copied_part(t) for t in data],
+                         "torch forward", step)
     except Exception as e:
         core.record_error("batch hook", e)
     return None
