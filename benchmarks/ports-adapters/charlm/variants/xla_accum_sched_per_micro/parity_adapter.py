@@ -1,0 +1,1 @@
+../benign_grad_accum/parity_adapter.py

@@ -1,0 +1,1 @@
+../xla_encoder_layer_prenorm/parity_adapter.py

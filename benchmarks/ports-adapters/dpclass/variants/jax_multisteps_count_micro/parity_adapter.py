@@ -1,0 +1,1 @@
+../jax_multisteps_micro/parity_adapter.py
