@@ -1,10 +1,13 @@
 """What the injected probe costs: step time with and without it, and its start-up and exit cost.
 
-Run:  python benchmarks/probe_overhead.py [--python PY] [--repeats 9] [--steps 400]
+Run:  python benchmarks/probe_overhead.py [--python PY] [--repeats 9] [--steps 400] [--jax-python PY]
 Runs with and without the probe alternate (order flipped each repeat) so drift hits both alike; the
 ratio reported is the median of the per-pair ratios of median step times. The workload is a small
 MLP whose step takes about a millisecond, so a fixed per-step cost shows up rather than hides.
-Goal: ratio within 1.02.
+With --jax-python (an interpreter with jax and optax), the same is measured for a jitted JAX step (an
+optax Adam update of a small MLP, a new host batch each step): what the probe adds there is its clock,
+the batch fingerprint and shapes of the step's data, and the update samples the step returns beside its
+outputs (ladder.checks.replay). Goal: ratio within 1.02.
 """
 
 from __future__ import annotations
@@ -38,6 +41,41 @@ for i in range(steps):
     loss.backward()
     opt.step()
     opt.zero_grad()
+    times.append(time.perf_counter() - t)
+print(sorted(times[steps // 10:])[len(times[steps // 10:]) // 2])
+"""
+
+
+WORKLOAD_JAX = """
+import sys, time
+import numpy as np, jax, jax.numpy as jnp, optax
+steps, hidden = int(sys.argv[1]), int(sys.argv[2])
+k1, k2, k3 = jax.random.split(jax.random.PRNGKey(0), 3)
+params = {"w1": jax.random.normal(k1, (64, hidden)) * 0.1, "b1": jnp.zeros(hidden),
+          "w2": jax.random.normal(k2, (hidden, hidden)) * 0.1, "b2": jnp.zeros(hidden),
+          "w3": jax.random.normal(k3, (hidden, 1)) * 0.1, "b3": jnp.zeros(1)}
+tx = optax.adam(1e-3)
+state = tx.init(params)
+
+def loss_fn(p, x, y):
+    h = jax.nn.relu(x @ p["w1"] + p["b1"])
+    h = jax.nn.relu(h @ p["w2"] + p["b2"])
+    return jnp.mean((h @ p["w3"] + p["b3"] - y) ** 2)
+
+@jax.jit
+def step(p, s, x, y):
+    loss, g = jax.value_and_grad(loss_fn)(p, x, y)
+    u, s = tx.update(g, s, p)
+    return optax.apply_updates(p, u), s, loss
+
+rng = np.random.default_rng(0)
+X, Y = rng.standard_normal((4096, 64)).astype(np.float32), rng.standard_normal((4096, 1)).astype(np.float32)
+times = []
+for i in range(steps):
+    t = time.perf_counter()
+    b = (i * 64) % (4096 - 64)
+    params, state, loss = step(params, state, X[b:b + 64], Y[b:b + 64])
+    loss.block_until_ready()
     times.append(time.perf_counter() - t)
 print(sorted(times[steps // 10:])[len(times[steps // 10:]) // 2])
 """
@@ -94,23 +132,50 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=9)
     ap.add_argument("--steps", type=int, default=400)
     ap.add_argument("--hidden", type=int, default=128)
+    ap.add_argument("--jax-python", default=None, help="also measure a jitted JAX step with this interpreter")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="probe-bench-") as tmp:
         _bench(a, Path(tmp))
+        if a.jax_python:
+            _bench_jax(a, Path(tmp) / "jax")
 
 
-def _bench(a: argparse.Namespace, tmp: Path) -> None:
-    ratios, bare_steps, probed_steps, start_bare, start_probed = [], [], [], [], []
+def _pairs(python: str, workload: str, a: argparse.Namespace, tmp: Path) -> tuple[list[float], list[float], list[float]]:
+    """Step times with and without the probe, alternating (the order flipped each repeat): (ratios, bare, probed)."""
+    ratios, bare_steps, probed_steps = [], [], []
     for r in range(a.repeats):
         order = (False, True) if r % 2 == 0 else (True, False)
         step = {}
         for with_probe in order:
-            _, out = _run(a.python, ["-c", WORKLOAD, str(a.steps), str(a.hidden)],
+            _, out = _run(python, ["-c", workload, str(a.steps), str(a.hidden)],
                           tmp / f"w{r}" if with_probe else None)
             step[with_probe] = float(out.strip().splitlines()[-1])
         ratios.append(step[True] / step[False])
         bare_steps.append(step[False])
         probed_steps.append(step[True])
+    return ratios, bare_steps, probed_steps
+
+
+def _bench_jax(a: argparse.Namespace, tmp: Path) -> None:
+    ratios, bare_steps, probed_steps = _pairs(a.jax_python, WORKLOAD_JAX, a, tmp)
+    reports = [json.loads(p.read_text()) for p in tmp.glob("w*/probe-*.json")]
+    assert len(reports) == a.repeats, "every probed workload run must leave a report"
+    samples = statistics.median(sum(len(w["steps"]) for w in (rep.get("update_samples") or {}).get("windows") or [])
+                                for rep in reports)
+    steps = statistics.median((rep.get("clock") or {}).get("steps") or 0 for rep in reports)
+    print(f"JAX: step time without probe: {statistics.median(bare_steps) * 1e3:.3f} ms (median of {a.repeats} runs)")
+    print(f"JAX: step time with probe:    {statistics.median(probed_steps) * 1e3:.3f} ms")
+    print(f"JAX: step time ratio (with/without), median of per-pair ratios: {statistics.median(ratios):.4f} "
+          f"(pairs: {', '.join(f'{x:.3f}' for x in ratios)}; goal <= 1.02); the probe counted {steps:.0f} training "
+          f"steps of {a.steps}, update samples kept: {samples:.0f}")
+
+
+def _bench(a: argparse.Namespace, tmp: Path) -> None:
+    ratios, bare_steps, probed_steps = _pairs(a.python, WORKLOAD, a, tmp)
+    start_bare: list[float] = []
+    start_probed: list[float] = []
+    for r in range(a.repeats):
+        order = (False, True) if r % 2 == 0 else (True, False)
         for with_probe in order:  # start-up: an empty program, which imports no framework
             wall, _ = _run(a.python, ["-c", "pass"], tmp / f"s{r}" if with_probe else None)
             (start_probed if with_probe else start_bare).append(wall)
