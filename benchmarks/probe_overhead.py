@@ -5,7 +5,7 @@ Runs with and without the probe alternate (order flipped each repeat) so drift h
 ratio reported is the median of the per-pair ratios of median step times. The workload is a small
 MLP whose step takes about a millisecond, so a fixed per-step cost shows up rather than hides.
 With --jax-python (an interpreter with jax and optax), the same is measured for a jitted JAX step (an
-optax Adam update of a small MLP, a new host batch each step): what the probe adds there is its clock,
+optax Adam update of an MLP of 2 and of 48 hidden layers, a new host batch each step): what the probe adds there is its clock,
 the batch fingerprint and shapes of the step's data, and the update samples the step returns beside its
 outputs (ladder.checks.replay). Goal: ratio within 1.02.
 """
@@ -49,18 +49,18 @@ print(sorted(times[steps // 10:])[len(times[steps // 10:]) // 2])
 WORKLOAD_JAX = """
 import sys, time
 import numpy as np, jax, jax.numpy as jnp, optax
-steps, hidden = int(sys.argv[1]), int(sys.argv[2])
-k1, k2, k3 = jax.random.split(jax.random.PRNGKey(0), 3)
-params = {"w1": jax.random.normal(k1, (64, hidden)) * 0.1, "b1": jnp.zeros(hidden),
-          "w2": jax.random.normal(k2, (hidden, hidden)) * 0.1, "b2": jnp.zeros(hidden),
-          "w3": jax.random.normal(k3, (hidden, 1)) * 0.1, "b3": jnp.zeros(1)}
+steps, hidden, layers = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+sizes = [64] + [hidden] * layers + [1]
+keys = jax.random.split(jax.random.PRNGKey(0), len(sizes) - 1)
+params = [{"w": jax.random.normal(k, (a, b)) * a ** -0.5, "b": jnp.zeros(b)}
+          for k, a, b in zip(keys, sizes[:-1], sizes[1:])]
 tx = optax.adam(1e-3)
 state = tx.init(params)
 
 def loss_fn(p, x, y):
-    h = jax.nn.relu(x @ p["w1"] + p["b1"])
-    h = jax.nn.relu(h @ p["w2"] + p["b2"])
-    return jnp.mean((h @ p["w3"] + p["b3"] - y) ** 2)
+    for layer in p[:-1]:
+        x = jax.nn.relu(x @ layer["w"] + layer["b"])
+    return jnp.mean((x @ p[-1]["w"] + p[-1]["b"] - y) ** 2)
 
 @jax.jit
 def step(p, s, x, y):
@@ -133,6 +133,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=400)
     ap.add_argument("--hidden", type=int, default=128)
     ap.add_argument("--jax-python", default=None, help="also measure a jitted JAX step with this interpreter")
+    ap.add_argument("--jax-layers", type=int, nargs="+", default=[2, 48],
+                    help="hidden layers of the JAX workload, one measurement each (2 leaves a layer)")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="probe-bench-") as tmp:
         _bench(a, Path(tmp))
@@ -140,14 +142,15 @@ def main() -> None:
             _bench_jax(a, Path(tmp) / "jax")
 
 
-def _pairs(python: str, workload: str, a: argparse.Namespace, tmp: Path) -> tuple[list[float], list[float], list[float]]:
+def _pairs(python: str, workload: str, a: argparse.Namespace, tmp: Path,
+           extra: tuple[str, ...] = ()) -> tuple[list[float], list[float], list[float]]:
     """Step times with and without the probe, alternating (the order flipped each repeat): (ratios, bare, probed)."""
     ratios, bare_steps, probed_steps = [], [], []
     for r in range(a.repeats):
         order = (False, True) if r % 2 == 0 else (True, False)
         step = {}
         for with_probe in order:
-            _, out = _run(python, ["-c", workload, str(a.steps), str(a.hidden)],
+            _, out = _run(python, ["-c", workload, str(a.steps), str(a.hidden), *extra],
                           tmp / f"w{r}" if with_probe else None)
             step[with_probe] = float(out.strip().splitlines()[-1])
         ratios.append(step[True] / step[False])
@@ -157,15 +160,22 @@ def _pairs(python: str, workload: str, a: argparse.Namespace, tmp: Path) -> tupl
 
 
 def _bench_jax(a: argparse.Namespace, tmp: Path) -> None:
-    ratios, bare_steps, probed_steps = _pairs(a.jax_python, WORKLOAD_JAX, a, tmp)
+    for layers in a.jax_layers:
+        _bench_jax_layers(a, tmp / f"l{layers}", layers)
+
+
+def _bench_jax_layers(a: argparse.Namespace, tmp: Path, layers: int) -> None:
+    ratios, bare_steps, probed_steps = _pairs(a.jax_python, WORKLOAD_JAX, a, tmp, (str(layers),))
     reports = [json.loads(p.read_text()) for p in tmp.glob("w*/probe-*.json")]
     assert len(reports) == a.repeats, "every probed workload run must leave a report"
     samples = statistics.median(sum(len(w["steps"]) for w in (rep.get("update_samples") or {}).get("windows") or [])
                                 for rep in reports)
     steps = statistics.median((rep.get("clock") or {}).get("steps") or 0 for rep in reports)
-    print(f"JAX: step time without probe: {statistics.median(bare_steps) * 1e3:.3f} ms (median of {a.repeats} runs)")
-    print(f"JAX: step time with probe:    {statistics.median(probed_steps) * 1e3:.3f} ms")
-    print(f"JAX: step time ratio (with/without), median of per-pair ratios: {statistics.median(ratios):.4f} "
+    leaves = 2 * (layers + 1)
+    print(f"JAX, {layers} hidden layers ({leaves} parameter leaves): step time without probe: "
+          f"{statistics.median(bare_steps) * 1e3:.3f} ms (median of {a.repeats} runs), with probe: "
+          f"{statistics.median(probed_steps) * 1e3:.3f} ms")
+    print(f"JAX, {layers} hidden layers: step time ratio (with/without), median of per-pair ratios: {statistics.median(ratios):.4f} "
           f"(pairs: {', '.join(f'{x:.3f}' for x in ratios)}; goal <= 1.02); the probe counted {steps:.0f} training "
           f"steps of {a.steps}, update samples kept: {samples:.0f}")
 

@@ -23,6 +23,7 @@ again at a later step (a shuffle with the same key each epoch) is counted.
 from __future__ import annotations
 
 import functools
+import itertools
 import sys
 import threading
 import time
@@ -518,12 +519,13 @@ def _update_io(rec: dict, box: Box):
     rec["update_io"] = {"paths": [jax.tree_util.keystr(path) for path, _, _ in pairs[:5000]],
                         "shapes": [list(p.shape) for _, p, _ in pairs[:5000]], "leaves": len(flat)}
     pairs = pairs[:_UPD_LEAVES]  # the first leaves are sampled; the others are listed
+    rec["update_io"]["sizes"] = [min(int(p.size), _UPD_ELEMENTS) for _, p, _ in pairs]
 
-    def head(x):
-        return jnp.ravel(x)[:_UPD_ELEMENTS].astype(jnp.float32)
+    def heads(xs):  # one output for all leaves' samples, not one per leaf: each output buffer costs every call
+        return jnp.concatenate([jnp.ravel(x)[:_UPD_ELEMENTS].astype(jnp.float32) for x in xs])
 
     sq = sum(jnp.sum(jnp.square(g.astype(jnp.float32))) for g in gleaves if jnp.issubdtype(g.dtype, jnp.floating))
-    return (tuple(head(p) for _, p, _ in pairs), tuple(head(g) for _, _, g in pairs), jnp.sqrt(sq))
+    return heads(p for _, p, _ in pairs), heads(g for _, _, g in pairs), jnp.sqrt(sq)
 
 
 _UPD_STARTS = frozenset({1} | {round(32 * 1.25 ** j) for j in range(24)})  # 1, 32, 40, 50, ... 5421
@@ -540,16 +542,11 @@ def _keep_update(rec: dict, upd) -> None:
         start = n
         starts[start] = []
     if start is not None:
-        starts[start].append((core.clock.step, upd if start == 1 else _fewer(upd)))
+        starts[start].append((core.clock.step, upd))
     last = rec.setdefault("upd_last", [])
-    last.append((core.clock.step, _fewer(upd)))
+    last.append((core.clock.step, upd))
     if len(last) > _UPD_WINDOW:
         del last[0]
-
-
-def _fewer(upd):
-    params, grads, norm = upd
-    return params[:_UPD_LATER_LEAVES], grads[:_UPD_LATER_LEAVES], norm
 
 
 def _update_samples() -> dict | None:
@@ -565,13 +562,15 @@ def _update_samples() -> dict | None:
             windows.append(last)
         out = []
         pmap = f["name"].startswith("pmap(")
+        ends = list(itertools.accumulate(io["sizes"]))
         for w in windows:
             with core.quiet():
                 host = jax.device_get([u for _, u in w])
+            leaves = len(ends) if w is f["upd_windows"].get(1) else min(len(ends), _UPD_LATER_LEAVES)
 
-            def rows(leaves, mean: bool):  # pmap: device 0's parameters, the gradients averaged over devices
-                return [[float(v) for v in np.ravel((np.mean(x, axis=0) if mean else x[0]) if pmap else x)]
-                        for x in leaves]
+            def rows(packed, mean: bool):  # pmap: device 0's parameters, the gradients averaged over devices
+                flat = np.ravel((np.mean(packed, axis=0) if mean else packed[0]) if pmap else packed)
+                return [[float(v) for v in flat[(ends[i - 1] if i else 0):ends[i]]] for i in range(leaves)]
 
             out.append({"steps": [s for s, _ in w],
                         "params": [rows(p, False) for p, _, _ in host],
