@@ -543,6 +543,15 @@ def test_a_schedule_stepped_before_the_optimizer_is_named_though_its_rates_are_o
     assert c.status == "failed" and "(MultiStepLR) is stepped before the optimizer's first step" in c.evidence, \
         c.evidence
     assert "learning rate" not in c.evidence.split("(MultiStepLR)")[0], c.evidence  # the rates alone pass
+    # the same order with the milestone one step later (round 20's dpclass/xla_sched_step_first_offset: a
+    # LambdaLR shifted by one): every step runs at the reference's rate for that step, so the order changed nothing
+    shifted = runs(torch_python, "torch_train.py", "--schedule", "--fault", "sched_first", "--shift-schedule")
+    assert shifted.probe["optimizers"][0]["lr"]["values"] == [[1, 0.02], [21, 0.01]]
+    assert shifted.probe["processes"][0]["torch"]["schedule_before_step"], "the order is still the run's fact"
+    c = l2(shifted, "cpu", ref)["optimizer_unchanged"]
+    assert c.status == "passed", c.evidence
+    assert l2(shifted, "cpu", runs(torch_python, "torch_train.py", "--schedule", "--shift-schedule"))[
+        "optimizer_unchanged"].status == "failed"  # against a reference whose milestone is one step later: ahead
 
 
 @pytest.mark.slow
@@ -847,6 +856,17 @@ def test_an_xla_port_evaluating_on_a_host_copy_is_a_cpu_fallback(runs, xla_pytho
     assert checks["platform"].status == "failed"
     clean = runs(xla_python, "torch_train.py", "--device", "xla")
     assert l2(clean, "xla", reference)["cpu_fallback"].status == "passed"
+    # one forward on a host batch before the model moves to the device and trains there: computation before
+    # training, not a fallback; the same dry run beside evaluations on the CPU still fails
+    dry = l2(runs(xla_python, "torch_train.py", "--device", "xla", "--dry-run-on-host"), "xla", reference)
+    for name in ("cpu_fallback", "platform"):
+        assert dry[name].status == "passed", (name, dry[name].evidence)
+        assert "cpu (first: Sequential params at" in dry[name].evidence, dry[name].evidence
+        assert "only before the first optimizer step" in dry[name].evidence, dry[name].evidence
+    # (120 steps: the probe samples the training forwards every 50 optimizer steps, the evaluations at each one)
+    both = l2(runs(xla_python, "torch_train.py", "--device", "xla", "--dry-run-on-host", "--fault", "eval_on_cpu",
+                   "--steps", "120"), "xla", reference)
+    assert both["cpu_fallback"].status == "failed" and both["platform"].status == "failed", both["platform"].evidence
 
 
 # ---------------------------------------------------------------- JAX

@@ -102,6 +102,22 @@ def _first_seen(probe: dict[str, Any], dev: str, started_at: float) -> str:
     return "" if not f else f" (first: {f.get('module')} {f.get('what')}s at +{f['t'] - started_at:.1f}s)"
 
 
+def before_training(probe: dict[str, Any], want: str) -> set[str]:
+    """Devices other than `want` whose every sampled forward call came before the run's first optimizer step,
+    where `want`'s came after it too: computation before training (a dry run that sizes lazy layers on a host
+    batch, a model evaluated before it moves to its device), not a fallback of the training or of its evaluations
+    (those are sampled at their steps). Empty for a probe without the steps (older reports)."""
+    last = (probe.get("torch_devices") or {}).get("last_step") or {}
+    if not probe.get("optimizer_steps") or not last.get(want):
+        return set()
+    return {d for d, step in last.items() if d != want and step == 0}
+
+
+def _before_words(probe: dict[str, Any], devs: set[str], started_at: float) -> str:
+    return "; ".join(f"{d}{_first_seen(probe, d, started_at)} only before the first optimizer step (computation "
+                     "before training, not a fallback)" for d in sorted(devs))
+
+
 @register(L, "platform")
 def platform(ctx: CheckContext) -> CheckResult:
     name = "platform"
@@ -120,7 +136,8 @@ def platform(ctx: CheckContext) -> CheckResult:
         if not torch_set:
             return CheckResult(level=L, name=name, status="not_checked", threshold=exp, measured=seen,
                                evidence="no torch module forward call was observed, so tensor devices are unknown")
-        wrong = sorted(torch_set - {want})
+        early = before_training(probe, want)
+        wrong = sorted(torch_set - {want} - early)
         if wrong:
             ev = f"expected {exp}: tensors on {', '.join(d + where(d) for d in wrong)}"
             if want == "xla" and "torch_xla" in (probe.get("frameworks") or {}):
@@ -131,7 +148,9 @@ def platform(ctx: CheckContext) -> CheckResult:
         if exp == "tpu" and set(seen["xla"]) != {"TPU"}:
             return _result(name, False, seen, exp, f"xla tensors, but the PJRT device was {seen['xla'] or 'unknown'}, not TPU")
         backing = f" (PJRT device {', '.join(seen['xla'])})" if want == "xla" and seen["xla"] else ""
-        return _result(name, True, seen, exp, f"all sampled parameters and inputs on {want}{backing}")
+        return _result(name, True, seen, exp, f"all sampled parameters and inputs on {want}{backing}"
+                       + (f" from the first optimizer step on; {_before_words(probe, early, ctx.run.started_at)}"
+                          if early else ""))
     if exp.startswith("jax-"):
         want = exp[4:]
         if not jax_set:
@@ -158,7 +177,8 @@ def cpu_fallback(ctx: CheckContext) -> CheckResult:
     r = ctx.protocol.l2
     want = {"xla": "xla", "tpu": "xla", "cuda": "cuda"}.get(ctx.expected_platform)
     on = set(_observed(probe)["torch"])
-    if want in on and "cpu" in on:
+    early = before_training(probe, want) if want else set()
+    if want in on and "cpu" in on and "cpu" not in early:
         # the model works on its device, and some of its forward calls take CPU tensors: part of the computation
         # (an evaluation on a host copy, a module left behind) falls back to the CPU; a run with nothing on its
         # device is the platform check's
@@ -175,7 +195,8 @@ def cpu_fallback(ctx: CheckContext) -> CheckResult:
         ops = ", ".join(f"{k} x{v} ({v / steps:.2f}/step)" for k, v in sorted(bad.items(), key=lambda kv: -kv[1]))
         return _result(name, False, bad, r.fallback_allow, f"CPU fallback ops over {steps} steps: {ops}", cls)
     return _result(name, True, {}, r.fallback_allow, "no unexpected aten:: counters"
-                   + (f" (allowed: {cls['allowed']})" if cls["allowed"] else ""), cls)
+                   + (f" (allowed: {cls['allowed']})" if cls["allowed"] else "")
+                   + (f"; {_before_words(probe, early, ctx.run.started_at)}" if early else ""), cls)
 
 
 # ---------------------------------------------------------------- recompilation
@@ -603,15 +624,20 @@ def _stale_grad_steps(run: RunRecord) -> tuple[int, int, int | None]:
     return worst
 
 
-def schedule_stepped_first(run: RunRecord, ref: RunRecord) -> str | None:
+def schedule_stepped_first(run: RunRecord, ref: RunRecord, run_opt: dict[str, Any] | None = None,
+                           ref_opt: dict[str, Any] | None = None, tol: float = 0.0) -> str | None:
     """Why the run's schedule runs one step ahead: a scheduler stepped before its optimizer's first step, where
-    the reference's was not (the rate comparison allows a one-step shift, so this is told by the order itself)."""
+    the reference's was not (the rate comparison allows a one-step shift, so this is told by the order itself).
+    None when every optimizer step of the run ran at the reference's rate for that very step, within `tol`: the
+    order is compensated (a schedule function shifted by one, lambda s: f(s - 1)) or the rate never changes."""
     def first(r: RunRecord) -> list[dict[str, Any]]:
         return [e for p in (r.probe or {}).get("processes") or []
                 for e in (p.get("torch") or {}).get("schedule_before_step") or []]
 
     mine = first(run)
     if not mine or first(ref):
+        return None
+    if run_opt is not None and ref_opt is not None and _rates_aligned(run, ref, run_opt, ref_opt, tol):
         return None
     return (f"the learning-rate schedule ({mine[0].get('scheduler')}) is stepped before the optimizer's first "
             "step (scheduler.step() above optimizer.step()): its first value is skipped and every step runs at "
@@ -1027,6 +1053,22 @@ def _lr_at(values: list, steps: list[int]) -> list[float]:
     return [float(values[max(bisect.bisect_right(xs, s) - 1, 0)][1]) for s in steps]
 
 
+def _rates_aligned(run: RunRecord, ref: RunRecord, run_opt: dict[str, Any], ref_opt: dict[str, Any],
+                   tol: float) -> bool:
+    """Whether every optimizer step both runs took ran at the same rate, step for step (no shift allowed), within
+    `tol`, with the rates recorded to the end on both sides."""
+    a, b = run_opt.get("lr") or {}, ref_opt.get("lr") or {}
+    if not a.get("values") or not b.get("values") or a.get("stopped") or b.get("stopped"):
+        return False
+    n = min(int((run.probe or {}).get("optimizer_steps") or 0), int((ref.probe or {}).get("optimizer_steps") or 0))
+    if n < 1:
+        return False
+    changes = sorted({int(v[0]) for v in a["values"]} | {int(v[0]) for v in b["values"]} | {1, n})
+    steps = [s for s in changes if 1 <= s <= n]  # the rates are piecewise constant between their changes
+    return all(abs(x - y) <= tol * max(abs(x), abs(y), 1e-30)
+               for x, y in zip(_lr_at(sorted(a["values"]), steps), _lr_at(sorted(b["values"]), steps)))
+
+
 def lr_difference(run_opt: dict[str, Any], ref_opt: dict[str, Any], run_steps: int, ref_steps: int,
                   tol: float, share: float) -> tuple[str | None, str | None]:
     """(difference, why not compared) of the learning rate each step ran at: the torch optimizer's rate as the
@@ -1420,7 +1462,8 @@ def optimizer_unchanged(ctx: CheckContext) -> CheckResult:
     elif lr_why:
         notes.append(lr_why)
     for why in (stale_gradients(ctx.run, ref, ctx.protocol.l2.stale_grad_steps_share),
-                schedule_stepped_first(ctx.run, ref), untrained_difference(mine[0], theirs[0])):
+                schedule_stepped_first(ctx.run, ref, mine[0], theirs[0], ctx.protocol.l2.lr_rel_tol),
+                untrained_difference(mine[0], theirs[0])):
         if why:
             diffs.append(why)
     restarted = [r for r in rebuilds if r["state_restarted"]]

@@ -174,6 +174,7 @@ def merge_reports(out_dir: Path, rules: "L2Rules | None" = None) -> dict[str, An
     frameworks: dict[str, str] = {}
     torch_devices: dict[str, dict[str, int]] = {"param": {}, "input": {}}
     first_seen: dict[str, Any] = {}
+    last_step: dict[str, int] = {}  # per device, the optimizer steps before its latest sampled forward (any process)
     aten: dict[str, int] = {}
     xla_types, jax_backends, jax_platforms = set(), set(), set()
     host = {"transfer_from_device": 0, "reads": 0, "host_sync_ops": 0}
@@ -194,6 +195,8 @@ def merge_reports(out_dir: Path, rules: "L2Rules | None" = None) -> dict[str, An
         for dev, seen in (t.get("first_seen") or {}).items():
             if dev not in first_seen or _num(seen.get("t")) < _num(first_seen[dev].get("t")):
                 first_seen[dev] = {**seen, "pid": pid}
+        for dev, step in (t.get("last_step") or {}).items():
+            last_step[dev] = max(last_step.get(dev, 0), _int(step))
         skipped += _int((t.get("grad_scaler") or {}).get("skipped"))
         x = r.get("xla") or {}
         if x:
@@ -233,7 +236,7 @@ def merge_reports(out_dir: Path, rules: "L2Rules | None" = None) -> dict[str, An
         "platforms": {"torch": sorted(set(torch_devices["param"]) | set(torch_devices["input"])),
                       "xla": sorted(xla_types), "jax": sorted(jax_backends),
                       "jax_devices": sorted(jax_platforms)},
-        "torch_devices": {**torch_devices, "first_seen": first_seen},
+        "torch_devices": {**torch_devices, "first_seen": first_seen, **({"last_step": last_step} if last_step else {})},
         "xla_executions": xla_execute,
         "optimizer_steps": _steps(main)[0],
         "main_pid": main.get("pid"),

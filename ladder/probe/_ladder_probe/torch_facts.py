@@ -32,7 +32,7 @@ _tls = threading.local()
 def reset() -> None:
     _s.clear()
     _s.update(forward_samples=0, param_devices={}, param_dtypes={}, autocast={}, input_devices={}, first_seen={},
-              modules=[], fwd_handle=None, fwd_left=0, pinned=False, h2d_dtypes={}, input_dtypes={}, root=None, root_params=0, optimizers={}, eval_windows=[],
+              last_step={}, modules=[], fwd_handle=None, fwd_left=0, pinned=False, h2d_dtypes={}, input_dtypes={}, root=None, root_params=0, optimizers={}, eval_windows=[],
               window=None, steps_in_eval={"steps": 0, "first": None, "module": None}, clip=None, scaler_steps=0,
               scaler_skipped=0, gn_cost=None, gn_recent=[], stale={"steps": 0, "judged": 0, "first": None},
               zeroed=True, grad_ref=None, schedule_first=[],
@@ -565,15 +565,17 @@ def _forward_pre_hook(module, args):
     try:
         module = getattr(module, "_orig_mod", module)  # name the compiled wrapper's model, as in the reference
         _s["forward_samples"] += 1
-        pdev, pdt, first = _s["param_devices"], _s["param_dtypes"], _s["first_seen"]
+        pdev, pdt, first, last = _s["param_devices"], _s["param_dtypes"], _s["first_seen"], _s["last_step"]
+        step = core.clock.step
         n = 0
         for p in module.parameters():
             d = p.device.type
             pdev[d] = pdev.get(d, 0) + 1
+            last[d] = step  # the optimizer steps taken before the latest sampled forward on this device
             t = str(p.dtype).replace("torch.", "")
             pdt[t] = pdt.get(t, 0) + 1
             if d not in first:
-                first[d] = {"t": time.time(), "module": type(module).__name__, "what": "param"}
+                first[d] = {"t": time.time(), "module": type(module).__name__, "what": "param", "step": step}
             n += 1
             if n >= 4096:
                 break
@@ -588,11 +590,12 @@ def _forward_pre_hook(module, args):
             d = getattr(getattr(a, "device", None), "type", None)
             if isinstance(d, str):
                 idev[d] = idev.get(d, 0) + 1
+                last[d] = step
                 if getattr(a, "is_floating_point", None) is not None and a.is_floating_point():
                     t = str(a.dtype).replace("torch.", "")
                     idt[t] = idt.get(t, 0) + 1
                 if d not in first:
-                    first[d] = {"t": time.time(), "module": type(module).__name__, "what": "input"}
+                    first[d] = {"t": time.time(), "module": type(module).__name__, "what": "input", "step": step}
         ac = _autocast_state()
         _s["autocast"][ac] = _s["autocast"].get(ac, 0) + 1
         if len(_s["modules"]) < 20 and type(module).__name__ not in _s["modules"]:
@@ -1293,7 +1296,7 @@ def snapshot() -> dict:
         return {}
     _close_window()
     facts = {k: _s[k] for k in ("forward_samples", "param_devices", "param_dtypes", "autocast", "input_devices",
-                                "first_seen", "modules")}
+                                "first_seen", "last_step", "modules")}
     facts["module_types"] = _s.get("module_types") or []
     facts["input_dtypes"] = dict(_s["input_dtypes"])  # floating-point inputs of the sampled forward calls
     facts["h2d_dtypes"] = dict(_s["h2d_dtypes"])  # floating-point host tensors sent to a device, by arriving dtype
