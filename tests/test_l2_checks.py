@@ -1233,6 +1233,16 @@ def test_a_seed_that_never_reaches_the_generators_fails_randomness(runs, jax_pyt
     drifting = check(runs(torch_python, "torch_train.py", "--data-order", "numpy_unseeded", "--seed", "5"), 5, np_ref)
     assert drifting.status == "failed" and "the reference seeds numpy.random.seed and the run never does" in \
         drifting.evidence, drifting.evidence
+    # round 20's regress/fault_xla_init_before_seed: the model built before torch.manual_seed; its seed reaches
+    # torch, but the first layer's weights were drawn from torch's start-up state (a seed of torch's own)
+    early = runs(torch_python, "torch_train.py", "--model-before-seed")
+    assert list(early.probe["processes"][0]["seed"]["before_seed"]) == ["torch.manual_seed"]
+    assert reference.probe["processes"][0]["seed"]["before_seed"] == {}
+    c = check(early, 0, reference)
+    assert c.status == "failed" and "draws from torch's global generator before it first seeds it" in c.evidence, \
+        c.evidence
+    assert "torch_train.py:" in c.evidence, c.evidence  # the seeding call's site
+    assert check(early, 0, early).status == "passed"  # relative: a reference built the same way is not blamed
 
 
 @pytest.mark.slow

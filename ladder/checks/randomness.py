@@ -401,6 +401,17 @@ def _drew(probe: dict[str, Any] | None) -> dict[str, bool]:
     return out
 
 
+def drew_before_seed(probe: dict[str, Any] | None) -> dict[str, str]:
+    """The global generators a process drew from before it first seeded them, with the program's site of that
+    seeding call: torch's only (numpy's is drawn from by libraries at import, jax among them)."""
+    out: dict[str, str] = {}
+    for p in (probe or {}).get("processes") or []:
+        for label, site in ((p.get("seed") or {}).get("before_seed") or {}).items():
+            if label == "torch.manual_seed":
+                out.setdefault(label, site)
+    return out
+
+
 _GLOBAL_HOST = (("numpy.random.seed", "numpy's global generator (np.random.permutation, np.random.shuffle, ...)"),
                 ("random.seed", "Python's random module (random.shuffle, random.random, ...)"))
 
@@ -485,6 +496,13 @@ the probe followed from the seed option through arithmetic, as in PRNGKey(seed +
             return (f"the reference seeds {', '.join(missing)} and the run never does (it seeds "
                     f"{', '.join(sorted(values)) or 'nothing'}): what those generators draw (initial weights, data "
                     "order) no seed controls"), values
+    early = {label: site for label, site in drew_before_seed(run.probe).items()
+             if label not in drew_before_seed(ref.probe if ref is not None else None)}
+    if early:
+        label, site = next(iter(early.items()))
+        return (f"the run draws from torch's global generator before it first seeds it ({label} at {site}): what it "
+                "drew first (the initial weights of a model built before the seeding call) follows torch's own "
+                "start-up seed, not the run's, while the reference seeds before it draws"), values
     theirs_unseeded = _may_draw_unseeded(ref.probe if ref is not None else None)
     fresh = {label: why for label, why in entropy_draws(run.probe).items() if label not in theirs_unseeded}
     if fresh:

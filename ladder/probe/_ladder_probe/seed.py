@@ -38,7 +38,7 @@ SNAPSHOT_ORDER = 4
 _PRIME = 1_000_003
 _TORCH_DEFAULT_SEED = 67280421310721
 _s: dict = {"calls": {}, "patched": [], "values": {}, "from_seed": {}, "flag": None, "states": {}, "unseeded": {},
-            "global_draws": {}, "constant": {}}
+            "global_draws": {}, "constant": {}, "before_seed": {}}
 # the global generators seeded in this process (kept across a fork: a forked child inherits the seeded state)
 _SEEDED: set = set()
 _VALUES_KEPT = 8
@@ -52,6 +52,7 @@ def reset() -> None:
     _s["unseeded"] = {}
     _s["global_draws"] = {}
     _s["constant"] = {}
+    _s["before_seed"] = {}
 
 
 try:
@@ -99,6 +100,23 @@ def _mark(label: str) -> None:
     if label in _GENERATORS:
         with core.quiet():
             _s["states"][label] = _state_of(label)
+
+
+def _drew_before_seed(label: str, frame) -> None:
+    """A global generator's first seeding in this process: whether it drew since the probe first saw it (the
+    program built its model, or drew anything, before seeding). Those draws follow no seed: torch starts its
+    default generator from a seed of its own at import, new in every run here."""
+    label = label.replace("torch.random.", "torch.")
+    if label not in _GENERATORS or label in _s["before_seed"] or any(
+            seeded.replace("torch.random.", "torch.") == label for seeded in _SEEDED):
+        return
+    before = _s["states"].get(label)
+    if before is None:
+        return
+    with core.quiet():
+        now = _state_of(label)
+    if now is not None and now != before:
+        _s["before_seed"][label] = _program_site(frame) or "a library"
 
 
 class _FromSeed(int):
@@ -185,6 +203,7 @@ def _wrap(owner, attr: str, label: str, modulus: int | None) -> None:
                 u = _s["unseeded"].setdefault(label, {"calls": 0, "site": site})
                 u["calls"] += 1
         elif seed is not None:
+            _drew_before_seed(label, sys._getframe(1))
             _SEEDED.add(label)
         kept = _s["values"].setdefault(label, [])
         for v in _seed_ints(seed):  # as the program passed it: does the run's seed reach its generators?
@@ -390,4 +409,5 @@ def snapshot() -> dict:
     return {"seed": {"mode": bool(core.opts.get("seed")), "offset": _offset(), "patched": _s["patched"],
                      "calls": _s["calls"], "values": _s["values"], "from_seed": _s["from_seed"],
                      "flag": _s["flag"], "drew": drew, "unseeded": _s["unseeded"],
-                     "global_draws": _s["global_draws"], "constant": _s["constant"]}}
+                     "global_draws": _s["global_draws"], "constant": _s["constant"],
+                     "before_seed": _s["before_seed"]}}
