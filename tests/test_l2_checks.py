@@ -77,6 +77,13 @@ def _baseline(*shorts: RunRecord) -> Baseline:
     return Baseline(root=Path(shorts[0].cwd), meta=meta, short_runs=list(shorts), full_runs=[])
 
 
+def _randomness(run: RunRecord, ref: RunRecord) -> CheckResult:
+    """L1 `randomness` of `run` against a baseline of `ref` alone."""
+    from ladder.checks.randomness import randomness
+
+    return randomness(CheckContext(run=run, protocol=load_protocol(), baseline=_baseline(ref)))
+
+
 def _l1_metric(run: RunRecord, base: Baseline, seed: int) -> CheckResult:
     """The L1 metric check of `run`, taken as the attempt at `seed`, against `base`."""
     checks = run_ladder(CheckContext(run=run.model_copy(update={"seed": seed}), protocol=load_protocol(),
@@ -1029,10 +1036,7 @@ def test_a_batch_trained_on_twice_fails_randomness(runs, torch_python, request, 
     # the probe hashes each training forward's (torch) or step's (JAX) data from host memory: a CPU tensor, numpy, or
     # the host source of a device copy (Tensor.to, MpDeviceLoader, jax.device_put); a run that trains on the same
     # batch again more often than its reference fails, whatever the data order's cause
-    from ladder.checks.randomness import randomness
-
-    def check(run: RunRecord, ref: RunRecord) -> CheckResult:
-        return randomness(CheckContext(run=run, protocol=load_protocol(), baseline=_baseline(ref)))
+    check = _randomness
 
     if stack == "mp_device_loader":  # round 16's dpclass/xla_iterable_loader_workers: every worker yields the epoch
         python = request.getfixturevalue("xla_python")
@@ -1064,8 +1068,6 @@ def test_a_data_order_from_a_generator_never_seeded_fails_randomness(runs, torch
     # with the generator never seeded: it starts from torch's fixed default seed, so every run at every seed
     # trains in the same order, and at one seed that looks like another order stream; round 18's charlm and dpclass
     # ports drew the order with torch.randperm/randint(generator=torch.Generator()) and no DataLoader (post hoc)
-    from ladder.checks.randomness import randomness
-
     flag = f"--{how}-generator"
 
     def first_rows(mode: str, seed: int) -> str:
@@ -1077,8 +1079,7 @@ def test_a_data_order_from_a_generator_never_seeded_fails_randomness(runs, torch
     assert first_rows("unseeded", 1) == first_rows("unseeded", 2)  # the fault really happens
     assert first_rows("seeded", 1) != first_rows("seeded", 2)
 
-    def check(run: RunRecord, ref: RunRecord) -> CheckResult:
-        return randomness(CheckContext(run=run, protocol=load_protocol(), baseline=_baseline(ref)))
+    check = _randomness
 
     reference = runs(torch_python, "loader_train.py")  # its order from generators seeded with (seed, epoch)
     ok = check(runs(torch_python, "loader_train.py", flag, "seeded"), reference)
@@ -1098,10 +1099,7 @@ def test_one_shard_on_every_device_or_process_fails_randomness(runs, jax_python,
     # picked by the process index, 0 on every device of one host, in a pmap and in a batch-sharded jit; (torch) DDP
     # ranks iterating the whole dataset in one seeded order instead of a DistributedSampler's shards. The probe
     # compares each step's device slices from host memory, and the fingerprints of the processes' inputs
-    from ladder.checks.randomness import randomness
-
-    def check(run: RunRecord, ref: RunRecord) -> CheckResult:
-        return randomness(CheckContext(run=run, protocol=load_protocol(), baseline=_baseline(ref)))
+    check = _randomness
 
     for mode in ("pmap", "jit"):
         faithful = runs(jax_python, "jax_shards.py", "--mode", mode)
@@ -1135,10 +1133,7 @@ def test_a_batch_read_per_device_fails_randomness_on_the_items_consumed(runs, ja
     # step consumes twice the reference's items while the curves, averaged over a larger batch, stay within noise.
     # The probe counts each training input's shapes on both sides; items are counted in the reference's item size,
     # so a pmap's (devices, per-device batch, ...) layout is the same items, and summed over processes (DDP ranks)
-    from ladder.checks.randomness import randomness
-
-    def check(run: RunRecord, ref: RunRecord) -> CheckResult:
-        return randomness(CheckContext(run=run, protocol=load_protocol(), baseline=_baseline(ref)))
+    check = _randomness
 
     for mode in ("pmap", "jit"):
         faithful = runs(jax_python, "jax_shards.py", "--mode", mode)
