@@ -496,8 +496,8 @@ the probe followed from the seed option through arithmetic, as in PRNGKey(seed +
             return (f"the reference seeds {', '.join(missing)} and the run never does (it seeds "
                     f"{', '.join(sorted(values)) or 'nothing'}): what those generators draw (initial weights, data "
                     "order) no seed controls"), values
-    early = {label: site for label, site in drew_before_seed(run.probe).items()
-             if label not in drew_before_seed(ref.probe if ref is not None else None)}
+    ref_early = drew_before_seed(ref.probe if ref is not None else None)
+    early = {label: site for label, site in drew_before_seed(run.probe).items() if label not in ref_early}
     if early:
         label, site = next(iter(early.items()))
         return (f"the run draws from torch's global generator before it first seeds it ({label} at {site}): what it "

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import collections
 import threading
+import weakref
 import zlib
 
 import _ladder_probe as core
@@ -92,8 +93,6 @@ def remember_copy(dev_value, part: bytes | None) -> None:
     if part is None:
         return
     try:
-        import weakref
-
         ref = weakref.ref(dev_value)
     except TypeError:
         ref = None  # not weakly referenceable: the id alone (checked against nothing)
@@ -183,8 +182,6 @@ def note_shapes(values: list, place: str, step: int) -> None:
     is not a batch and is left out; the previous step's values are held weakly, so an address used again by a new
     batch does not count as the same object."""
     try:
-        import weakref
-
         shapes, last, now = [], _s["last"], {}
         for i, v in enumerate(values):
             key = f"{place}:{i}"
@@ -210,12 +207,11 @@ def _flush_shapes() -> None:
     notes = _s["size_notes"]
     if not notes:
         return
-    key = repr(notes)
+    key = repr(notes)  # a step's shapes, as a dict key
     sizes = _s["sizes"]
-    if key in sizes or len(sizes) < MAX_SIGNATURES:
-        sizes[key] = sizes.get(key, 0) + 1
-    else:
-        sizes["other"] = sizes.get("other", 0) + 1
+    if key not in sizes and len(sizes) >= MAX_SIGNATURES:
+        key, notes = "other", None
+    sizes.setdefault(key, [notes, 0])[1] += 1
     _s["size_steps"] += 1
     _s["size_notes"] = []
 
@@ -226,11 +222,8 @@ def snapshot() -> dict:
         return {}
     out = {"fps": list(_s["fps"]), "sources": dict(_s["sources"]), "unmeasured": _s["unmeasured"], "max_fps": MAX_FPS}
     if _s["size_steps"]:
-        import ast
-
         out["shapes"] = {"steps": _s["size_steps"],
-                         "per_step": [[None if k == "other" else ast.literal_eval(k), n]
-                                      for k, n in sorted(_s["sizes"].items(), key=lambda kv: -kv[1])]}
+                         "per_step": sorted(_s["sizes"].values(), key=lambda notes_n: -notes_n[1])}
     if _s["chunked"]:
         out["chunks"] = {"devices": _s["devices"], "inputs": _s["chunked"], "replicated": _s["replicated"],
                          "first": _s["first_replicated"]}

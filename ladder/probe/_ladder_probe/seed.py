@@ -94,9 +94,14 @@ def _state_of(label: str):
 _GENERATORS = ("numpy.random.seed", "random.seed", "torch.manual_seed")
 
 
+def _generator(label: str) -> str:
+    """The global generator a seeding call's label names (torch.random.manual_seed is torch.manual_seed's)."""
+    return label.replace("torch.random.", "torch.")
+
+
 def _mark(label: str) -> None:
     """The generator's state now: when the probe first sees it and after each seeding call."""
-    label = label.replace("torch.random.", "torch.")
+    label = _generator(label)
     if label in _GENERATORS:
         with core.quiet():
             _s["states"][label] = _state_of(label)
@@ -106,9 +111,8 @@ def _drew_before_seed(label: str, frame) -> None:
     """A global generator's first seeding in this process: whether it drew since the probe first saw it (the
     program built its model, or drew anything, before seeding). Those draws follow no seed: torch starts its
     default generator from a seed of its own at import, new in every run here."""
-    label = label.replace("torch.random.", "torch.")
-    if label not in _GENERATORS or label in _s["before_seed"] or any(
-            seeded.replace("torch.random.", "torch.") == label for seeded in _SEEDED):
+    label = _generator(label)
+    if label not in _GENERATORS or label in _s["before_seed"] or any(_generator(s) == label for s in _SEEDED):
         return
     before = _s["states"].get(label)
     if before is None:
