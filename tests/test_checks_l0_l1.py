@@ -88,6 +88,30 @@ def test_ladder_on_a_faithful_and_a_diverging_port(tmp_path: Path) -> None:
     assert text == (ws / "ladder.toml").read_text()
 
 
+def test_a_port_that_reports_its_best_evaluation_fails_the_metric(tmp_path: Path) -> None:
+    # The reference evaluates every 20 steps and reports its last evaluation; the port trains the same way and
+    # reports its best one (a best-checkpoint habit): the number sits within the seeds' spread, the quantity differs
+    ws = workspace(tmp_path)
+    set_var(ws, "extra", "--eval-every 20")
+    cli_json("baseline", "--seeds", "3", "--short-only", cwd=ws)
+    good = cli_json("run", "--on", "target", "--seed", "3", cwd=ws)
+    text = (ws / "ladder.toml").read_text()
+    (ws / "ladder.toml").write_text(text.replace('extra = "--eval-every 20"', 'extra = "--eval-every 20 --report best"'))
+    best = cli_json("run", "--on", "target", "--seed", "3", cwd=ws)
+    from ladder.runs.records import RunRecord
+
+    run = RunRecord.load(Path(best["run_dir"]))
+    last, top = run.evals[-1].values["acc"], max(e.values["acc"] for e in run.evals)
+    assert top > last and run.metric == top, (last, top, run.metric)  # the fault really happens at this seed
+    metric = _by_name(cli_json("check", good["run_dir"], cwd=ws, ok_codes=(0, 1)))[("L1", "metric")]
+    assert metric["status"] != "failed", metric["evidence"]
+    assert "reported" not in (metric.get("details") or {}), metric["details"]
+    metric = _by_name(cli_json("check", best["run_dir"], cwd=ws, ok_codes=(0, 1)))[("L1", "metric")]
+    assert metric["status"] == "failed", metric["evidence"]
+    assert metric["evidence"].startswith(f"the run's acc {top:.6g} is its best evaluation"), metric["evidence"]
+    assert "every baseline run of this kind reports last evaluation" in metric["evidence"], metric["evidence"]
+
+
 def test_crash_and_nan_fail_l0(tmp_path: Path) -> None:
     ws = workspace(tmp_path)
     text = (ws / "ladder.toml").read_text()

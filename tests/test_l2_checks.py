@@ -235,6 +235,23 @@ def test_a_jax_step_computing_in_bfloat16_over_float32_parameters_is_a_numerics_
 
 
 @pytest.mark.slow
+def test_momentum_kept_in_bfloat16_is_a_numerics_failure(runs, jax_python, reference) -> None:
+    # optax.sgd(accumulator_dtype=bfloat16), the memory-saving habit: the matmuls stay float32, every update is
+    # computed from a rounded momentum. The probe reads the state's dtypes (the torch reference's momentum buffers,
+    # the traced optax state), no value
+    ref_state = reference.probe["optimizers"][0]["state_dtypes"]
+    assert set(ref_state) == {"float32"} and ref_state["float32"] > 0, reference.probe["optimizers"][0]
+    plain = runs(jax_python, "jax_train.py")
+    assert set(plain.probe["optimizers"][0]["state_dtypes"]) == {"float32"}, plain.probe["optimizers"][0]
+    assert l2(plain, "jax-cpu", reference)["numerics"].status == "passed"
+    run = runs(jax_python, "jax_train.py", "--fault", "bf16_momentum")
+    assert run.probe["optimizers"][0]["state_dtypes"] == {"bfloat16": ref_state["float32"]}, run.probe["optimizers"][0]
+    c = l2(run, "jax-cpu", reference)["numerics"]
+    assert c.status == "failed" and "the optimizer's state kept in bfloat16" in c.evidence, c.evidence
+    assert "training-step matmul" not in c.evidence, c.evidence
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("device", ["cpu", pytest.param("xla", marks=pytest.mark.xla)])
 def test_a_loop_without_zero_grad_accumulates_gradients_and_changes_the_optimisation(request, runs, reference,
                                                                                       device) -> None:
@@ -880,8 +897,12 @@ def test_an_xla_port_evaluating_on_a_host_copy_is_a_cpu_fallback(runs, xla_pytho
 
 @pytest.mark.slow
 @pytest.mark.jax
-def test_clean_jax_run_passes_l2_against_the_torch_reference(runs, jax_python, reference) -> None:
-    run = runs(jax_python, "jax_train.py")
+@pytest.mark.parametrize("args", [[], ["--donate"]], ids=["plain", "donated"])
+def test_clean_jax_run_passes_l2_against_the_torch_reference(runs, jax_python, reference, args) -> None:
+    # donated: the step hands its parameters' and optimizer state's buffers back for reuse, the speed habit; the
+    # probe keeps no input of the step past the call, so nothing it reads at exit was donated away
+    run = runs(jax_python, "jax_train.py", *args)
+    assert not any(p.get("errors") for p in run.probe["processes"]), [p.get("errors") for p in run.probe["processes"]]
     checks = l2(run, "jax-cpu", reference)
     assert checks.pop("cpu_fallback").status == "not_applicable"  # JAX has no aten:: fallback to count
     assert all(c.status == "passed" for c in checks.values()), {n: (c.status, c.evidence) for n, c in checks.items()}
@@ -1246,8 +1267,6 @@ def test_a_jax_checkpoint_resumed_into_a_fresh_model_repeats_no_draw_and_keeps_o
         runs, jax_python, torch_python) -> None:
     # half-way, the port saves its parameters and optax state, builds the optimizer, the initial weights (the
     # template, from the same key) and the jitted step anew, and restores: the initial draws are made again
-    from ladder.checks.randomness import randomness
-
     reference = runs(torch_python, "torch_train.py", "--schedule", "--steps", "80")
 
     def judge(*args: str) -> tuple[RunRecord, dict[str, CheckResult]]:

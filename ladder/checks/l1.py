@@ -10,6 +10,7 @@ always reported beside the deciding one.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from ladder.checks import CheckContext, not_checked, register
@@ -91,7 +92,7 @@ def metric(ctx: CheckContext) -> CheckResult:
 
         res = _calibrated("metric", ctx, calibrated_metric(ctx.run, seeds_for(ctx), ctx.protocol), ctx.run.metric,
                           ev, details)
-        return _same_seed_metric(ctx, res)
+        return _reported_evaluation(ctx, _same_seed_metric(ctx, res))
     return CheckResult(level="L1", name="metric", status="passed" if fixed_ok else "failed", measured=round(d, 6),
                        threshold=tol, evidence=ev + " | the protocol's rule is the fixed rule", details=details)
 
@@ -136,6 +137,61 @@ def _same_seed_metric(ctx: CheckContext, res: CheckResult) -> CheckResult:
         "evidence": f"{text}, beyond {tol:.1e} (max({r.same_seed_factor:g} x the loss drift, "
                     f"{r.same_seed_floor:g}, one evaluated item's share)): the same training, another result — "
                     f"the evaluation differs (what it averages, over which items, in which mode) | {res.evidence}"})
+
+
+def _matches(value: float, metric: float) -> bool:
+    """The same number as printed twice (the eval line and the metric line may round differently)."""
+    return math.isfinite(value) and abs(value - metric) <= max(1e-6, 5e-4 * abs(metric))
+
+
+def metric_source(run: RunRecord) -> dict[str, Any] | None:
+    """Which of the run's logged evaluations its headline metric repeats: {"last": bool, "best": bool, "step": the
+    evaluation's step or None, "best_step": the best evaluation's step}. "best" is by the metric's direction, among
+    the evaluations' values that the metric matches somewhere. None without a metric or at least two evaluations."""
+    if run.metric is None or not math.isfinite(run.metric) or len(run.evals) < 2:
+        return None
+    m = run.metric
+    keys = [k for k in run.evals[-1].values if any(_matches(e.values.get(k, math.nan), m) for e in run.evals)]
+    if not keys:
+        return {"last": False, "best": False, "step": None, "best_step": None, "last_step": run.evals[-1].step}
+    k = keys[0]
+    vals = [(e.step, e.values.get(k, math.nan)) for e in run.evals]
+    finite = [(s, v) for s, v in vals if math.isfinite(v)]
+    pick = max if run.metric_direction == "max" else min
+    best_step, best = pick(finite, key=lambda sv: sv[1]) if finite else (None, math.nan)
+    last = _matches(vals[-1][1], m)
+    at = vals[-1][0] if last else next((s for s, v in reversed(vals) if _matches(v, m)), None)
+    return {"last": last, "best": _matches(best, m), "step": at, "best_step": best_step, "last_step": vals[-1][0]}
+
+
+def _reported_evaluation(ctx: CheckContext, res: CheckResult) -> CheckResult:
+    """The headline metric is the last evaluation in every baseline run of this kind (or the best, in every one),
+    and at least one of them tells the two apart; a run whose metric is the other one reports another quantity
+    (the best checkpoint's score for the final one, or the other way round), however close the numbers."""
+    if ctx.baseline is None:
+        return res
+    refs = list(ctx.baseline.full_runs if ctx.run.kind == "full" else ctx.baseline.short_runs)
+    theirs = [s for s in (metric_source(r) for r in refs) if s is not None]
+    mine = metric_source(ctx.run)
+    if not theirs or mine is None or mine["last"] == mine["best"]:
+        return res
+    told = [s for s in theirs if s["last"] != s["best"]]  # seeds whose last evaluation was not their best
+    if not told:
+        return res
+    if all(s["last"] for s in theirs) and mine["best"]:
+        ours, other = "its best evaluation", "its last"
+    elif all(s["best"] for s in theirs) and mine["last"]:
+        ours, other = "its last evaluation", "its best"
+    else:
+        return res
+    other_step = mine["last_step"] if mine["best"] else mine["best_step"]
+    text = (f"the run's {ctx.run.metric_name} {ctx.run.metric:.6g} is {ours} (step {mine['step']}), not {other} "
+            f"(step {other_step})")
+    return res.model_copy(update={  # a metric already out of the band keeps its failure, with this reason first
+        "status": "failed", "details": {**(res.details or {}), "reported": {"run": mine, "baseline": theirs}},
+        "evidence": f"{text}; every baseline run of this kind reports {other.removeprefix('its ')} evaluation "
+                    f"({len(told)} of {len(theirs)} with a last evaluation that was not the best): the port reports "
+                    f"another quantity | {res.evidence}"})
 
 
 @register("L1", "trend")

@@ -397,6 +397,30 @@ def _precision(probe: dict[str, Any] | None) -> tuple[set[str], set[str], dict[s
     return autocast, dtypes, compute
 
 
+def _state_dtypes(probe: dict[str, Any] | None) -> dict[str, int]:
+    """The floating dtypes the run's optimizers keep their state in (dtype -> elements, every optimizer record)."""
+    out: dict[str, int] = {}
+    for rec in (probe or {}).get("optimizers") or []:
+        for d, n in (rec.get("state_dtypes") or {}).items():
+            out[d] = out.get(d, 0) + int(n)
+    return out
+
+
+def state_precision_difference(probe: dict[str, Any] | None, ref_probe: dict[str, Any] | None) -> str | None:
+    """An optimizer whose state (momentum, Adam's moments) is kept in a half-precision dtype where the reference's
+    is not (`optax.adam(mu_dtype=jnp.bfloat16)`, moments cast down to save memory): every update is computed from
+    rounded moments. None when either side recorded no state."""
+    mine, theirs = _state_dtypes(probe), _state_dtypes(ref_probe)
+    if not mine or not theirs or set(theirs) & set(HALF):
+        return None
+    low = {d: n for d, n in mine.items() if d in HALF}
+    if not low:
+        return None
+    return ("the optimizer's state kept in " + ", ".join(f"{d} ({n} of {sum(mine.values())} values)"
+                                                        for d, n in sorted(low.items()))
+            + f", where the reference's is {', '.join(sorted(theirs))}: each update computed from rounded moments")
+
+
 def precision_difference(probe: dict[str, Any] | None, ref_probe: dict[str, Any] | None) -> str | None:
     """A port that lowers the precision of a full-precision reference: an autocast region or a half-precision
     parameter dtype where the reference's forward calls ran in float32 (torch.autocast(dtype=bfloat16) kept
@@ -506,6 +530,9 @@ def numerics(ctx: CheckContext) -> CheckResult:
     precision = precision_difference(probe, ref.probe if ref else None)
     if precision:
         problems.append(precision)
+    state_precision = state_precision_difference(probe, ref.probe if ref else None)
+    if state_precision:
+        problems.append(state_precision)
     frozen, judged, first_frozen = frozen_updates(probe)
     ref_frozen, ref_judged, _ = frozen_updates(ref.probe if ref else None)
     ref_share = ref_frozen / ref_judged if ref_judged else 0.0

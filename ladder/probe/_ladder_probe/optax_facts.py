@@ -190,6 +190,19 @@ def _state_measure(state):
     return _orig["global_norm"](floats) if floats else None
 
 
+def _state_dtypes(state) -> dict:
+    """The floating-point dtypes of the optimizer state's arrays (Adam's moments, momentum), dtype -> elements, as
+    torch_facts records them: `optax.adam(mu_dtype=jnp.bfloat16)` keeps the first moment rounded. Shapes and dtypes
+    of the traced state only."""
+    jax, jnp = sys.modules["jax"], sys.modules["jax.numpy"]
+    out: dict = {}
+    for x in jax.tree_util.tree_leaves(state):
+        if hasattr(x, "dtype") and getattr(x, "shape", ()) != () and jnp.issubdtype(x.dtype, jnp.floating):
+            d = str(x.dtype)
+            out[d] = out.get(d, 0) + int(math.prod(int(s) for s in x.shape))
+    return out
+
+
 # counters that go back to zero by design: apply_every's and MultiSteps' position within the accumulation
 _CYCLING = {"ApplyEvery": "count", "MultiStepsState": "mini_step"}
 
@@ -260,6 +273,8 @@ def _outermost(desc: dict, updates, params, state=None) -> None:
     if not desc.get("recorded"):
         desc["recorded"] = True
         _record(desc, params if params is not None else updates)
+        if desc.get("record") is not None and state is not None:
+            desc["record"]["state_dtypes"] = _state_dtypes(state)
     if not core.opts.get("grad_norms", True):
         box = jax_facts.current_box()
         if box is not None:

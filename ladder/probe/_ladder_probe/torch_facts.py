@@ -736,6 +736,7 @@ def _optimizer_pre_hook(optimizer, args, kwargs):
             _note_no_grad(rec, optimizer)
             if not record["stateful"] and optimizer.state:  # dict size only: no tensor is read
                 record["stateful"] = True
+                record["state_dtypes"] = _state_dtypes(optimizer)
             _keep_lr(rec, optimizer, step)
             getters, last = rec["_cfg"]
             fp = _fingerprint(optimizer, getters)
@@ -760,6 +761,8 @@ def _optimizer_pre_hook(optimizer, args, kwargs):
             # an optimizer built again mid-run (a checkpoint resumed) either loaded its state or starts afresh:
             # how many parameters had state before its first step, and whether it ever held any
             "state_at_first_step": len(optimizer.state), "stateful": bool(optimizer.state), "last_step": step})
+        if optimizer.state:
+            record["state_dtypes"] = _state_dtypes(optimizer)
         getters = _getters(optimizer)
         sizes = record["group_sizes"]
         group = max(range(len(sizes)), key=lambda i: sizes[i]) if sizes else 0
@@ -770,6 +773,22 @@ def _optimizer_pre_hook(optimizer, args, kwargs):
         _note_no_grad(rec, optimizer, names)
     except Exception as e:
         core.record_error("optimizer hook", e)
+
+
+def _state_dtypes(optimizer) -> dict:
+    """The floating-point dtypes the optimizer keeps its state in (momentum, Adam's moments), dtype -> elements, once
+    it holds state: a port that keeps the moments in bfloat16 to save memory changes every update. Attributes
+    only; no tensor is read."""
+    out: dict = {}
+    try:
+        for per_param in list(optimizer.state.values())[:4096]:
+            for v in (per_param.values() if isinstance(per_param, dict) else ()):
+                if getattr(v, "is_floating_point", None) is not None and v.is_floating_point() and v.dim() > 0:
+                    d = str(v.dtype).replace("torch.", "")
+                    out[d] = out.get(d, 0) + int(v.numel())
+    except Exception as e:
+        core.record_error("optimizer state dtypes", e)
+    return out
 
 
 def _note_no_grad(rec: dict, optimizer, names: dict | None = None) -> None:
