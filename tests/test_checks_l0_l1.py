@@ -112,6 +112,23 @@ def test_a_port_that_reports_its_best_evaluation_fails_the_metric(tmp_path: Path
     assert "every baseline run of this kind reports last evaluation" in metric["evidence"], metric["evidence"]
 
 
+def test_a_running_mean_logged_for_each_steps_loss_fails_the_trend(tmp_path: Path) -> None:
+    # The port trains as the reference does and logs the mean of the last 20 steps' losses where the reference logs
+    # each step's: a curve that looks right (its late mean is close), and another quantity
+    ws = workspace(tmp_path)
+    cli_json("baseline", "--seeds", "3", "--short-only", cwd=ws)
+    good = cli_json("run", "--on", "target", "--seed", "3", cwd=ws)
+    set_var(ws, "extra", "--log-mean 20")
+    smooth = cli_json("run", "--on", "target", "--seed", "3", cwd=ws)
+    assert smooth["metric"] == good["metric"]  # the same training: only the log differs
+    trend = _by_name(cli_json("check", good["run_dir"], cwd=ws, ok_codes=(0, 1)))[("L1", "trend")]
+    assert "logged_noise" not in (trend.get("details") or {}) and trend["status"] != "failed", trend["evidence"]
+    trend = _by_name(cli_json("check", smooth["run_dir"], cwd=ws, ok_codes=(0, 1)))[("L1", "trend")]
+    assert trend["status"] == "failed", trend["evidence"]
+    assert trend["evidence"].startswith("the logged loss's step-to-step noise is 0."), trend["evidence"]
+    assert "smoother" in trend["evidence"] and trend["details"]["logged_noise"]["ratio"] < 0.25, trend["details"]
+
+
 def test_crash_and_nan_fail_l0(tmp_path: Path) -> None:
     ws = workspace(tmp_path)
     text = (ws / "ladder.toml").read_text()

@@ -1083,6 +1083,22 @@ def test_a_batch_trained_on_twice_fails_randomness(runs, torch_python, request, 
     assert check(fault, fault).status == "passed"
 
 
+@pytest.mark.slow
+def test_a_batch_given_again_at_the_next_step_now_and_then_fails_randomness(runs, torch_python) -> None:
+    # round 21's regress/fault_xla_prefetcher_overwrite: one batch in 10 trained on again at the next step (its
+    # successor skipped). Too few repeats for the share rule beside a reference that samples with replacement;
+    # a repeat at the very next step is what chance almost never gives
+    reference = runs(torch_python, "torch_train.py", "--data-order", "numpy")
+    fault = runs(torch_python, "torch_train.py", "--data-order", "numpy", "--fault", "repeat_batch_rarely")
+    c = _randomness(fault, reference)
+    assert c.measured["batches"]["next_step"] == 4 and c.measured["reference_batches"]["next_step"] == 0, c.measured
+    assert c.measured["batches"]["share"] <= c.measured["batch_repeat_bound"], c.measured  # the share rule passes it
+    assert c.status == "failed" and "the same input at two consecutive steps 4 times" in c.evidence, c.evidence
+    assert _randomness(fault, fault).status == "passed"  # relative: a reference that does the same
+    other = runs(torch_python, "torch_train.py", "--data-order", "numpy", "--seed", "1").model_copy(update={"seed": 1})
+    assert _randomness(other, reference).status == "passed", _randomness(other, reference).evidence
+
+
 @pytest.mark.parametrize("how", ["shuffle", "randperm"])
 def test_a_data_order_from_a_generator_never_seeded_fails_randomness(runs, torch_python, how) -> None:
     # round 17's regress/fault_xla_loader_generator_unseeded: DataLoader(shuffle=True, generator=torch.Generator())
@@ -1262,6 +1278,27 @@ def test_a_seed_that_never_reaches_the_generators_fails_randomness(runs, jax_pyt
 
 
 @pytest.mark.slow
+def test_checkpointing_dropout_without_its_rng_state_fails_randomness(runs, torch_python, reference) -> None:
+    # round 21's dpclass/xla_remat_rng_not_preserved: dropout recomputed in the backward pass by a checkpoint with
+    # preserve_rng_state=False draws new masks, so the gradient is taken through other masks than the loss's
+    kept = runs(torch_python, "torch_train.py", "--remat", "rng")
+    redrawn = runs(torch_python, "torch_train.py", "--remat", "no_rng")
+    # the same masks recomputed: the reference's training exactly; new masks: another one (the fault happens)
+    assert [p.loss for p in kept.loss_curve] == [p.loss for p in reference.loss_curve]
+    assert [p.loss for p in redrawn.loss_curve] != [p.loss for p in reference.loss_curve]
+    facts = redrawn.probe["processes"][0]["torch"]["checkpoint_no_rng"]
+    assert facts["calls"] >= 40 and facts["dropout_calls"] >= 40, facts
+    c = _randomness(redrawn, reference)
+    assert c.status == "failed" and "preserve_rng_state=False around dropout" in c.evidence, c.evidence
+    assert _randomness(kept, reference).status != "failed", _randomness(kept, reference).evidence
+    assert _randomness(redrawn, redrawn).status != "failed"  # relative: a reference that does the same
+    # a checkpoint without the RNG state around a layer that draws nothing (the ckpt_frozen fault's Linear) is
+    # counted, with no mask in it
+    plain = runs(torch_python, "torch_train.py", "--fault", "ckpt_frozen").probe["processes"][0]["torch"]
+    assert plain["checkpoint_no_rng"]["calls"] >= 40 and plain["checkpoint_no_rng"]["dropout_calls"] == 0, plain
+
+
+@pytest.mark.slow
 @pytest.mark.jax
 def test_a_jax_checkpoint_resumed_into_a_fresh_model_repeats_no_draw_and_keeps_one_optimizer(
         runs, jax_python, torch_python) -> None:
@@ -1407,6 +1444,23 @@ def test_an_optax_clip_is_compared_where_it_stands_in_the_chain(runs, torch_pyth
     assert order.status == "passed", order.evidence
     bad = l2(runs(jax_python, "jax_train.py", "--clip", "decay_then_clip"), "jax-cpu", ref_wd)["optimizer_unchanged"]
     assert bad.status == "failed" and "clipped with the gradient" in bad.evidence, bad.evidence
+
+
+@pytest.mark.slow
+@pytest.mark.jax
+def test_a_mask_inside_optax_flatten_sees_one_vector(runs, torch_python, jax_python, reference) -> None:
+    # optax.flatten hands its inner chain one raveled vector (the speed habit: fused updates). The chain alone is
+    # the reference's optimizer; a decay masked to the 2-D weights inside it decays nothing, as its mask sees a 1-D
+    # vector, where the reference decays its weights (round 21's charlm/jax_flatten_adamw)
+    flat = l2(runs(jax_python, "jax_train.py", "--flatten", "plain"), "jax-cpu", reference)["optimizer_unchanged"]
+    assert flat.status == "passed", flat.evidence
+    ref_wd = runs(torch_python, "torch_train.py", "--named-groups", "--fault", "weight_decay")
+    tree = l2(runs(jax_python, "jax_train.py", "--masked-decay"), "jax-cpu", ref_wd)["optimizer_unchanged"]
+    assert tree.status == "passed", tree.evidence
+    bad = runs(jax_python, "jax_train.py", "--flatten", "masked_decay")
+    assert bad.loss_curve[-1].loss != runs(jax_python, "jax_train.py", "--masked-decay").loss_curve[-1].loss
+    c = l2(bad, "jax-cpu", ref_wd)["optimizer_unchanged"]
+    assert c.status == "failed" and "weight_decay" in c.evidence and "0.01" in c.evidence, c.evidence
 
 
 @pytest.mark.slow

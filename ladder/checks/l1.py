@@ -194,6 +194,45 @@ def _reported_evaluation(ctx: CheckContext, res: CheckResult) -> CheckResult:
                     f"another quantity | {res.evidence}"})
 
 
+def logged_noise(run: RunRecord, min_points: int) -> float | None:
+    """The step-to-step noise of a run's logged loss: the median absolute second difference of its points after the
+    first 20% (a straight trend cancels), relative to their median; None with fewer than `min_points` such points."""
+    ys = [p.loss for p in run.loss_curve]
+    ys = [y for y in ys[len(ys) // 5:] if math.isfinite(y)]
+    if len(ys) < max(min_points, 3):
+        return None
+    d = sorted(abs(ys[i] - (ys[i - 1] + ys[i + 1]) / 2) for i in range(1, len(ys) - 1))
+    level = sorted(ys)[len(ys) // 2]
+    return d[len(d) // 2] / abs(level) if level else None
+
+
+def _logged_noise(ctx: CheckContext, res: CheckResult) -> CheckResult:
+    """A logged loss far smoother than every step's loss in the reference seeds (a running mean over many steps, an
+    average since the epoch began) or far noisier (one step's loss where the reference logs a mean) is another
+    quantity: its curve and window cannot be compared with the reference's, however close they look."""
+    if ctx.baseline is None:
+        return res
+    r = ctx.protocol.l1
+    refs = list(ctx.baseline.full_runs if ctx.run.kind == "full" else ctx.baseline.short_runs)
+    theirs = sorted(n for n in (logged_noise(x, r.noise_min_points) for x in refs) if n)
+    mine = logged_noise(ctx.run, r.noise_min_points)
+    if mine is None or len(theirs) < 2:
+        return res
+    med = theirs[len(theirs) // 2]
+    ratio = mine / med if med else None
+    if ratio is None or 1 / r.noise_ratio_max <= ratio <= r.noise_ratio_max:
+        return res
+    what = ("smoother: a mean over many steps (a running mean, an average since the epoch began) logged for each "
+            "step's loss" if ratio < 1 else "noisier: single steps' losses where the reference logs a mean over steps")
+    text = (f"the logged loss's step-to-step noise is {ratio:.2f}x the reference seeds' median ({mine:.2e} against "
+            f"{med:.2e}, the seeds {theirs[0]:.2e}-{theirs[-1]:.2e}; beyond {r.noise_ratio_max:g}x either way): the "
+            f"run logs another quantity, {what}, so its curve is not the reference's")
+    return res.model_copy(update={
+        "status": "failed", "details": {**(res.details or {}), "logged_noise": {"run": mine, "baseline": theirs,
+                                                                               "ratio": ratio}},
+        "evidence": f"{text} | {res.evidence}"})
+
+
 @register("L1", "trend")
 def trend(ctx: CheckContext) -> CheckResult:
     ref = ctx.reference()
@@ -209,7 +248,7 @@ def trend(ctx: CheckContext) -> CheckResult:
         from ladder.checks.stats import calibrated_curve
 
         v = calibrated_curve(ctx.run, seeds_for(ctx), ctx.protocol)
-        return _calibrated("trend", ctx, v, v.measured, fixed_text, details)
+        return _logged_noise(ctx, _calibrated("trend", ctx, v, v.measured, fixed_text, details))
     if t is None:
         return not_checked("L1", "trend", f"the run and the baseline share too few logged steps to compare trends "
                                           f"({len(ctx.run.loss_curve)} and {len(ref.loss_curve)} loss points): log the "

@@ -104,11 +104,21 @@ def batch_repeats(probe: dict[str, Any] | None) -> dict[str, Any] | None:
                     first = [seen[fp], step]
             else:
                 seen[fp] = step
+        # the last input of a step given again as the first of the next (a forward repeated within a step is not)
+        again = [b[0] for a, b in zip(fps, fps[1:]) if a[1] == b[1] and b[0] == a[0] + 1]
         stat = {"inputs": len(fps), "repeats": repeats, "share": repeats / len(fps), "first": first,
+                "next_step": len(again), "first_next_step": again[0] if again else None,
                 "pid": b.get("pid"), "sources": b.get("sources") or {}, "unmeasured": b.get("unmeasured", 0)}
-        if worst is None or stat["share"] > worst["share"]:
+        if worst is None or (stat["share"], stat["next_step"]) > (worst["share"], worst["next_step"]):
             worst = stat
     return worst
+
+
+def _next_step_bound(run: dict[str, Any], ref: dict[str, Any]) -> float:
+    """How many inputs given again at the very next step the run may have: the reference's rate over as many
+    inputs, three Poisson standard errors of it, and 2 (chance: a sampler with replacement over few batches)."""
+    expected = ref.get("next_step", 0) / ref["inputs"] * run["inputs"]
+    return expected + 3 * math.sqrt(expected) + 2
 
 
 def repeated_batches(run_probe: dict[str, Any] | None, ref_probe: dict[str, Any] | None,
@@ -125,6 +135,13 @@ def repeated_batches(run_probe: dict[str, Any] | None, ref_probe: dict[str, Any]
     bound = p + excess + 3 * math.sqrt(p * (1 - p) / mine["inputs"])
     measured["batch_repeat_bound"] = round(bound, 4)
     if mine["share"] <= bound:
+        limit = _next_step_bound(mine, theirs)
+        if mine.get("next_step", 0) > limit:
+            return (f"the run trains on the same input at two consecutive steps {mine['next_step']} times in "
+                    f"{mine['inputs']} training inputs (first at step {mine['first_next_step']}), the reference "
+                    f"{theirs.get('next_step', 0)} times in {theirs['inputs']} (at most {limit:.1f} allowed): a batch "
+                    "handed out again at the next step (a prefetcher that returns the batch it holds before loading "
+                    "the next, a buffer overwritten), so another batch is skipped"), measured
         return None, measured
     first = mine["first"] or ["?", "?"]
     return (f"the run trains on an input it has already trained on {mine['repeats']} times in {mine['inputs']} "
@@ -177,6 +194,13 @@ def shared_shards(run_probe: dict[str, Any] | None, ref_probe: dict[str, Any] | 
     bound = p + excess + 3 * math.sqrt(p * (1 - p) / mine["inputs"])
     measured["shared_data_bound"] = round(bound, 4)
     if mine["share"] <= bound:
+        limit = _next_step_bound(mine, theirs)
+        if mine.get("next_step", 0) > limit:
+            return (f"the run trains on the same input at two consecutive steps {mine['next_step']} times in "
+                    f"{mine['inputs']} training inputs (first at step {mine['first_next_step']}), the reference "
+                    f"{theirs.get('next_step', 0)} times in {theirs['inputs']} (at most {limit:.1f} allowed): a batch "
+                    "handed out again at the next step (a prefetcher that returns the batch it holds before loading "
+                    "the next, a buffer overwritten), so another batch is skipped"), measured
         return None, measured
     ref_words = (f"the reference's {theirs['shared']} of {theirs['inputs']} ({p:.0%})" if theirs is not None else
                  "the reference, on one device and one process, none")
@@ -352,6 +376,30 @@ def dropout_changed(run_probe: dict[str, Any] | None, ref_probe: dict[str, Any] 
         return (f"the run trains with dropout {_rates(on)} where the reference's dropout layers all have rate 0"), \
             measured
     return None, measured
+
+
+def _no_rng_checkpoints(probe: dict[str, Any] | None) -> tuple[int, int]:
+    """(checkpointed calls made with preserve_rng_state=False, dropout masks drawn in training inside the first 64
+    of them), over the run's processes."""
+    calls = masks = 0
+    for p in (probe or {}).get("processes") or []:
+        c = (p.get("torch") or {}).get("checkpoint_no_rng") or {}
+        calls += int(c.get("calls") or 0)
+        masks += int(c.get("dropout_calls") or 0)
+    return calls, masks
+
+
+def recomputed_masks(run_probe: dict[str, Any] | None, ref_probe: dict[str, Any] | None) -> str | None:
+    """Activation checkpointing with `preserve_rng_state=False` around dropout, where the reference's dropout is
+    computed once: the backward pass recomputes the forward with the generators as they are then, so its dropout
+    masks are new ones and the gradient is not the gradient of the loss the forward computed."""
+    calls, masks = _no_rng_checkpoints(run_probe)
+    if not masks or _no_rng_checkpoints(ref_probe)[1]:
+        return None
+    return (f"activation checkpointing with preserve_rng_state=False around dropout: {calls} checkpointed call(s), "
+            f"{masks} dropout mask(s) drawn in training inside them; the backward pass recomputes those layers with "
+            "new masks, so each gradient is taken through other masks than the forward's loss (the reference's "
+            "dropout is computed once)")
 
 
 def _dropout_words(measured: dict[str, Any]) -> str:
@@ -535,6 +583,11 @@ def randomness(ctx: CheckContext) -> CheckResult:
     if drop_why:
         return CheckResult(level="L1", name=NAME, status="failed", measured=drop,
                            threshold={"dropout": (drop["reference_dropout"] or {}).get("on")}, evidence=drop_why)
+    masks_why = recomputed_masks(probe, ref.probe if ref is not None else None)
+    if masks_why:
+        return CheckResult(level="L1", name=NAME, status="failed", measured={"checkpoint_no_rng": _no_rng_checkpoints(
+            probe)}, threshold={"checkpoint_no_rng": _no_rng_checkpoints(ref.probe if ref is not None else None)},
+            evidence=masks_why)
     batch_why, batch = repeated_batches(probe, ref.probe if ref is not None else None,
                                         ctx.protocol.l1.batch_repeat_excess)
     if batch_why:

@@ -43,6 +43,8 @@ class L1Rules(_Section):
     random_repeat_calls: int
     batch_repeat_excess: float = 0.05
     items_rel_tol: float = 0.1
+    noise_ratio_max: float = 4.0
+    noise_min_points: int = 30
     same_seed_start_tol: float
     same_seed_max_drift: float
     same_seed_factor: float

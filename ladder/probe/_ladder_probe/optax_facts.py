@@ -317,6 +317,11 @@ def _settings(desc: dict, leaf: dict, out: dict, scaled: list, route: tuple = ()
         for child in desc["children"]:
             _settings(child["desc"], leaf, out, scaled, route)
         return
+    if fn == "flatten":  # its inner transformation sees one 1-D vector: masks and labels are applied to that
+        flat = {"params": _flat_stub(leaf), "index": 0, "cache": leaf["cache"].setdefault("flat", {})}
+        for child in desc["children"]:
+            _settings(child["desc"], flat, out, scaled, route)
+        return
     for child in desc["children"]:  # wrappers (apply_if_finite, MultiSteps-like): their inner transformation
         _settings(child["desc"], leaf, out, scaled, route)
     if fn == "clip_by_global_norm":
@@ -354,6 +359,19 @@ def _settings(desc: dict, leaf: dict, out: dict, scaled: list, route: tuple = ()
             out["lr"], out["lr_injected"] = src, bool(desc.get("injected"))
     if fn in _SCALERS:
         scaled.append(fn)
+
+
+def _flat_stub(leaf: dict):
+    """What `optax.flatten` hands its inner transformation, in shape and dtype: the parameters raveled into one
+    vector (a ShapeDtypeStruct: a mask or label function reads its `ndim` or `shape`, and nothing is allocated)."""
+    cache = leaf["cache"]
+    if "flat_stub" not in cache:
+        jax, jnp = sys.modules["jax"], sys.modules["jax.numpy"]
+        leaves = [x for x in jax.tree_util.tree_leaves(leaf["params"]) if hasattr(x, "shape")]
+        size = sum(math.prod(int(d) for d in x.shape) for x in leaves)
+        dtype = jnp.result_type(*[x.dtype for x in leaves]) if leaves else jnp.float32
+        cache["flat_stub"] = jax.ShapeDtypeStruct((size,), dtype)
+    return cache["flat_stub"]
 
 
 def _label_of(objs: dict, leaf: dict):

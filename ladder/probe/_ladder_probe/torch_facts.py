@@ -37,6 +37,7 @@ def reset() -> None:
               scaler_skipped=0, gn_cost=None, gn_recent=[], stale={"steps": 0, "judged": 0, "first": None},
               zeroed=True, grad_ref=None, schedule_first=[],
               dropout={"steps": 0, "layers": 0, "on": [], "off": [], "zero_rate": False},
+              ckpt={"calls": 0, "dropout_calls": 0},
               clip_cover={"calls": 0, "min_elements": None, "max_elements": None, "first_empty": None},
               gn_interval=None, gn_t=None, gn_timed=False, xla_live=None, modules_seen=[],
               upd_pending=None, upd_window=[], upd_io=None, upd_live=None,
@@ -91,7 +92,15 @@ def on_torch(torch) -> None:
     atexit.register(core.finalise)  # runs before torch's own exit handlers (LIFO)
 
 
-HOOKS = {"torch": on_torch}
+def on_checkpoint(mod) -> None:
+    """torch.utils.checkpoint and torch_xla.utils.checkpoint: their `checkpoint`, wrapped once the module is
+    imported, before a program's `from ... import checkpoint` binds it."""
+    orig = getattr(mod, "checkpoint", None)
+    if callable(orig) and not getattr(orig, "_ladder_wrapped", False):
+        mod.checkpoint = _checkpoint_wrapper(orig)
+
+
+HOOKS = {"torch": on_torch, "torch.utils.checkpoint": on_checkpoint, "torch_xla.utils.checkpoint": on_checkpoint}
 
 
 # ---------------------------------------------------------------- host reads
@@ -1292,6 +1301,51 @@ def _note_dropout() -> None:
     d["layers"] = max(d["layers"], layers)
 
 
+# ---------------------------------------------------------------- activation checkpointing without the RNG state
+
+_DROPOUT_FNS = ("dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout")
+
+
+def _checkpoint_wrapper(orig):
+    """A checkpointed call with `preserve_rng_state=False` recomputes its forward in the backward pass from the
+    generators' state at that later time: dropout inside it draws other masks, so the gradient is not the one of the
+    loss the forward computed. Only such calls are watched: while one runs, torch.nn.functional's dropout functions
+    (which `nn.Dropout` calls) count the masks drawn in training, then are put back. Not while dynamo traces."""
+    @functools.wraps(orig)
+    def checkpoint(function, *args, **kwargs):
+        if kwargs.get("preserve_rng_state", True) or _compiling():
+            return orig(function, *args, **kwargs)
+        ck = _s["ckpt"]
+        ck["calls"] += 1
+        F = sys.modules.get("torch.nn.functional")
+        saved = {n: getattr(F, n) for n in _DROPOUT_FNS if F is not None and hasattr(F, n)} if ck["calls"] <= 64 else {}
+        for n, f in saved.items():
+            setattr(F, n, _counting_dropout(f))
+        try:
+            return orig(function, *args, **kwargs)
+        finally:
+            for n, f in saved.items():
+                setattr(F, n, f)
+
+    checkpoint._ladder_wrapped = True
+    return checkpoint
+
+
+def _counting_dropout(f):
+    @functools.wraps(f)
+    def dropout(input, *args, **kwargs):
+        p = args[0] if args else kwargs.get("p", 0.5)
+        training = args[1] if len(args) > 1 else kwargs.get("training", True)
+        try:
+            if training and float(p) > 0:
+                _s["ckpt"]["dropout_calls"] += 1
+        except (TypeError, ValueError):
+            pass
+        return f(input, *args, **kwargs)
+
+    return dropout
+
+
 # ---------------------------------------------------------------- exit
 
 def _nonfinite_params() -> list | None:
@@ -1325,6 +1379,7 @@ def snapshot() -> dict:
     facts["schedule_before_step"] = list(_s["schedule_first"])
     facts["clip_coverage"] = dict(_s["clip_cover"])
     facts["dropout"] = dict(_s["dropout"])
+    facts["checkpoint_no_rng"] = {k: _s["ckpt"][k] for k in ("calls", "dropout_calls")}
     out = {"torch": facts,
            "eval_windows": _s["eval_windows"], "dynamo": _snapshot_dynamo()}
     try:
