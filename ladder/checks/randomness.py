@@ -194,13 +194,6 @@ def shared_shards(run_probe: dict[str, Any] | None, ref_probe: dict[str, Any] | 
     bound = p + excess + 3 * math.sqrt(p * (1 - p) / mine["inputs"])
     measured["shared_data_bound"] = round(bound, 4)
     if mine["share"] <= bound:
-        limit = _next_step_bound(mine, theirs)
-        if mine.get("next_step", 0) > limit:
-            return (f"the run trains on the same input at two consecutive steps {mine['next_step']} times in "
-                    f"{mine['inputs']} training inputs (first at step {mine['first_next_step']}), the reference "
-                    f"{theirs.get('next_step', 0)} times in {theirs['inputs']} (at most {limit:.1f} allowed): a batch "
-                    "handed out again at the next step (a prefetcher that returns the batch it holds before loading "
-                    "the next, a buffer overwritten), so another batch is skipped"), measured
         return None, measured
     ref_words = (f"the reference's {theirs['shared']} of {theirs['inputs']} ({p:.0%})" if theirs is not None else
                  "the reference, on one device and one process, none")
