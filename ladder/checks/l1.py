@@ -151,10 +151,10 @@ def metric_source(run: RunRecord) -> dict[str, Any] | None:
     if run.metric is None or not math.isfinite(run.metric) or len(run.evals) < 2:
         return None
     m = run.metric
-    keys = [k for k in run.evals[-1].values if any(_matches(e.values.get(k, math.nan), m) for e in run.evals)]
-    if not keys:
+    k = next((k for k in run.evals[-1].values if any(_matches(e.values.get(k, math.nan), m) for e in run.evals)),
+             None)
+    if k is None:
         return {"last": False, "best": False, "step": None, "best_step": None, "last_step": run.evals[-1].step}
-    k = keys[0]
     vals = [(e.step, e.values.get(k, math.nan)) for e in run.evals]
     finite = [(s, v) for s, v in vals if math.isfinite(v)]
     pick = max if run.metric_direction == "max" else min
@@ -168,10 +168,7 @@ def _reported_evaluation(ctx: CheckContext, res: CheckResult) -> CheckResult:
     """The headline metric is the last evaluation in every baseline run of this kind (or the best, in every one),
     and at least one of them tells the two apart; a run whose metric is the other one reports another quantity
     (the best checkpoint's score for the final one, or the other way round), however close the numbers."""
-    if ctx.baseline is None:
-        return res
-    refs = list(ctx.baseline.full_runs if ctx.run.kind == "full" else ctx.baseline.short_runs)
-    theirs = [s for s in (metric_source(r) for r in refs) if s is not None]
+    theirs = [s for s in (metric_source(r) for r in seeds_for(ctx).same) if s is not None]
     mine = metric_source(ctx.run)
     if not theirs or mine is None or mine["last"] == mine["best"]:
         return res
@@ -210,11 +207,8 @@ def _logged_noise(ctx: CheckContext, res: CheckResult) -> CheckResult:
     """A logged loss far smoother than every step's loss in the reference seeds (a running mean over many steps, an
     average since the epoch began) or far noisier (one step's loss where the reference logs a mean) is another
     quantity: its curve and window cannot be compared with the reference's, however close they look."""
-    if ctx.baseline is None:
-        return res
     r = ctx.protocol.l1
-    refs = list(ctx.baseline.full_runs if ctx.run.kind == "full" else ctx.baseline.short_runs)
-    theirs = sorted(n for n in (logged_noise(x, r.noise_min_points) for x in refs) if n)
+    theirs = sorted(n for n in (logged_noise(x, r.noise_min_points) for x in seeds_for(ctx).same) if n)
     mine = logged_noise(ctx.run, r.noise_min_points)
     if mine is None or len(theirs) < 2:
         return res

@@ -382,17 +382,20 @@ def _no_rng_checkpoints(probe: dict[str, Any] | None) -> tuple[int, int]:
     return calls, masks
 
 
-def recomputed_masks(run_probe: dict[str, Any] | None, ref_probe: dict[str, Any] | None) -> str | None:
+def recomputed_masks(run_probe: dict[str, Any] | None,
+                     ref_probe: dict[str, Any] | None) -> tuple[str | None, dict[str, Any]]:
     """Activation checkpointing with `preserve_rng_state=False` around dropout, where the reference's dropout is
     computed once: the backward pass recomputes the forward with the generators as they are then, so its dropout
-    masks are new ones and the gradient is not the gradient of the loss the forward computed."""
-    calls, masks = _no_rng_checkpoints(run_probe)
-    if not masks or _no_rng_checkpoints(ref_probe)[1]:
-        return None
+    masks are new ones and the gradient is not the gradient of the loss the forward computed. Returns (why,
+    measured), as dropout_changed does; why is None when it does not apply."""
+    (calls, masks), theirs = _no_rng_checkpoints(run_probe), _no_rng_checkpoints(ref_probe)
+    measured = {"checkpoint_no_rng": (calls, masks), "reference_checkpoint_no_rng": theirs}
+    if not masks or theirs[1]:
+        return None, measured
     return (f"activation checkpointing with preserve_rng_state=False around dropout: {calls} checkpointed call(s), "
             f"{masks} dropout mask(s) drawn in training inside them; the backward pass recomputes those layers with "
             "new masks, so each gradient is taken through other masks than the forward's loss (the reference's "
-            "dropout is computed once)")
+            "dropout is computed once)"), measured
 
 
 def _dropout_words(measured: dict[str, Any]) -> str:
@@ -576,10 +579,10 @@ def randomness(ctx: CheckContext) -> CheckResult:
     if drop_why:
         return CheckResult(level="L1", name=NAME, status="failed", measured=drop,
                            threshold={"dropout": (drop["reference_dropout"] or {}).get("on")}, evidence=drop_why)
-    masks_why = recomputed_masks(probe, ref.probe if ref is not None else None)
+    masks_why, masks = recomputed_masks(probe, ref.probe if ref is not None else None)
     if masks_why:
-        return CheckResult(level="L1", name=NAME, status="failed", measured={"checkpoint_no_rng": _no_rng_checkpoints(
-            probe)}, threshold={"checkpoint_no_rng": _no_rng_checkpoints(ref.probe if ref is not None else None)},
+        return CheckResult(level="L1", name=NAME, status="failed", measured={"checkpoint_no_rng": masks[
+            "checkpoint_no_rng"]}, threshold={"checkpoint_no_rng": masks["reference_checkpoint_no_rng"]},
             evidence=masks_why)
     batch_why, batch = repeated_batches(probe, ref.probe if ref is not None else None,
                                         ctx.protocol.l1.batch_repeat_excess)
