@@ -161,6 +161,52 @@ def test_evaluations_that_score_a_stale_copy_of_the_model_fail_metric(runs, torc
     assert "1 evaluation(s) during training (steps 40)" in ok.evidence and "within noise" in ok.evidence
 
 
+@pytest.mark.slow
+def test_a_loss_logged_after_the_update_fails_the_loss_window(runs, torch_python, jax_python) -> None:
+    # round 21's charlm/jax_metrics_after_update and regress/fault_jax_log_loss_after_update (missed 2/2 each): the
+    # JAX port logs the loss of the weights its step just updated, on the batch it trained on (Flax's
+    # compute_metrics after the step, or at the end of the step on the rebound parameters). Training is the
+    # reference's; the logged curve sits a little lower, inside the window. The probe sees it on both sides.
+    from ladder.checks.l1 import after_update, loss_window
+
+    seeds = [runs(torch_python, "torch_train.py", "--seed", str(s)).model_copy(update={"seed": s}) for s in range(3)]
+    base = _baseline(*seeds)
+    mine = after_update(seeds[0], 10)
+    assert mine is not None and mine["judged"] >= 30 and mine["share"] == 0.0, mine  # measured on the reference
+
+    def window(run: RunRecord) -> CheckResult:
+        return loss_window(CheckContext(run=run.model_copy(update={"seed": 7}), protocol=load_protocol(),
+                                        baseline=base))
+
+    plain = runs(jax_python, "jax_train.py")
+    call = runs(jax_python, "jax_train.py", "--log-after-update", "call")
+    step = runs(jax_python, "jax_train.py", "--log-after-update", "step")
+    before = runs(jax_python, "jax_train.py", "--log-after-update", "before")
+    def logged(r: RunRecord) -> list[float]:
+        return [p.loss for p in r.loss_curve]
+
+    assert logged(before) == logged(plain)  # the metrics call before the step logs the differentiated loss
+    for bad in (call, step):  # the fault really happens: another number each logged step, lower
+        assert logged(bad) != logged(plain) and sum(logged(bad)) < sum(logged(plain)), (logged(bad), logged(plain))
+    for good in (plain, before):
+        c = window(good)
+        assert "after_update" not in (c.details or {}), c.evidence
+    c = window(call)
+    assert c.status == "failed" and c.evidence.startswith("the loss is likely logged after the update: in 39 of 39 "
+                                                          "steps (100%) a call after the step"), c.evidence
+    assert c.details["after_update"]["baseline"][0]["share"] == 0.0
+    c = window(step)
+    assert c.status == "failed" and "computes 1 matmul(s) with the parameters optax.apply_updates just returned" \
+        in c.evidence, c.evidence
+    # relative to the reference: a reference that logs its updated model's loss the same way passes the port
+    same = [runs(torch_python, "torch_train.py", "--seed", str(s), "--log-after-update").model_copy(update={"seed": s})
+            for s in range(2)]
+    assert after_update(same[0], 10)["share"] == 1.0
+    c = loss_window(CheckContext(run=call.model_copy(update={"seed": 7}), protocol=load_protocol(),
+                                 baseline=_baseline(*same)))
+    assert "after_update" not in (c.details or {}), c.evidence
+
+
 # ---------------------------------------------------------------- torch CPU (reference stack)
 
 @pytest.mark.slow

@@ -66,8 +66,8 @@ def loss_window(ctx: CheckContext) -> CheckResult:
     if calibrated_rule(ctx):
         from ladder.checks.stats import calibrated_loss_window
 
-        return _calibrated("loss_window", ctx, calibrated_loss_window(ctx.run, seeds_for(ctx), ctx.protocol), mine,
-                           ev, details)
+        return _logged_after_update(ctx, _calibrated(
+            "loss_window", ctx, calibrated_loss_window(ctx.run, seeds_for(ctx), ctx.protocol), mine, ev, details))
     return CheckResult(level="L1", name="loss_window", status="passed" if fixed_ok else "failed",
                        measured=round(d, 6), threshold=tol, evidence=ev + " | the protocol's rule is the fixed rule",
                        details=details)
@@ -189,6 +189,54 @@ def _reported_evaluation(ctx: CheckContext, res: CheckResult) -> CheckResult:
         "evidence": f"{text}; every baseline run of this kind reports {other.removeprefix('its ')} evaluation "
                     f"({len(told)} of {len(theirs)} with a last evaluation that was not the best): the port reports "
                     f"another quantity | {res.evidence}"})
+
+
+def after_update(run: RunRecord, min_steps: int) -> dict[str, Any] | None:
+    """How often the run evaluates a training batch again with the weights its step just updated, from the probe:
+    {"share", "judged", "evaluated", "in_step"}. A call that is not a training step given the last step's batch
+    before the next step (per process: the largest share), or a training step that computes with the parameters
+    optax.apply_updates returned in it (every call: share 1). None when neither was measured on `min_steps` steps."""
+    best: dict[str, Any] | None = None
+    for b in (run.probe or {}).get("batches") or []:
+        a = b.get("after_update") or {}
+        judged, evaluated = int(a.get("judged") or 0), int(a.get("evaluated") or 0)
+        in_step = {name: f for name, f in (a.get("in_step") or {}).items() if f.get("calls", 0) >= min_steps}
+        if in_step:
+            return {"share": 1.0, "judged": max(f["calls"] for f in in_step.values()), "evaluated": None,
+                    "in_step": in_step}
+        if judged >= min_steps and (best is None or evaluated / judged > best["share"]):
+            best = {"share": evaluated / judged, "judged": judged, "evaluated": evaluated, "in_step": None}
+    return best
+
+
+def _logged_after_update(ctx: CheckContext, res: CheckResult) -> CheckResult:
+    """A run that evaluates most training batches again right after their update, where no baseline run of its kind
+    does, logs the loss of the updated weights (Flax's compute_metrics after the step): not the loss the gradient was
+    taken at, lower while the rate is large, however close the window."""
+    r = ctx.protocol.l1
+    mine = after_update(ctx.run, r.after_update_min_steps)
+    if mine is None or mine["share"] < r.after_update_share:
+        return res
+    runs = seeds_for(ctx).same
+    theirs = [after_update(x, r.after_update_min_steps) for x in runs]
+    if not runs or any(t is not None and t["share"] >= r.after_update_share for t in theirs):
+        return res
+    if mine["in_step"]:
+        matmuls = max(f["matmuls"] for f in mine["in_step"].values())
+        how = (f"its training step ({', '.join(sorted(mine['in_step']))}) computes {matmuls} matmul(s) with the "
+               "parameters optax.apply_updates just returned, after its last update: the step's output is computed "
+               "from the updated weights")
+    else:
+        how = (f"in {mine['evaluated']} of {mine['judged']} steps ({mine['share']:.0%}) a call after the step is given "
+               "that step's batch again, with the weights the step just updated")
+    measured = [t["share"] for t in theirs if t is not None]
+    ref = (f"the reference's runs: at most {max(measured):.0%} of steps" if measured
+           else "the reference's runs measured no such call")
+    text = (f"the loss is likely logged after the update: {how} ({ref}, threshold {r.after_update_share:.0%}); the "
+            "logged curve is then the updated weights' loss on each batch, not the loss the gradient was taken at")
+    return res.model_copy(update={
+        "status": "failed", "details": {**(res.details or {}), "after_update": {"run": mine, "baseline": theirs}},
+        "evidence": f"{text} | {res.evidence}"})
 
 
 def logged_noise(run: RunRecord, min_points: int) -> float | None:

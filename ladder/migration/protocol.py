@@ -45,6 +45,8 @@ class L1Rules(_Section):
     items_rel_tol: float = 0.1
     noise_ratio_max: float = 4.0
     noise_min_points: int = 30
+    after_update_share: float = 0.5
+    after_update_min_steps: int = 10
     same_seed_start_tol: float
     same_seed_max_drift: float
     same_seed_factor: float

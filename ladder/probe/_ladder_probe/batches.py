@@ -31,7 +31,8 @@ _lock = threading.Lock()
 def reset() -> None:
     _s.clear()
     _s.update(fps=[], sources={}, unmeasured=0, copies=collections.OrderedDict(), chunked=0, replicated=0,
-              first_replicated=None, devices=0, sizes={}, size_steps=0, size_step=None, size_notes=[], last={})
+              first_replicated=None, devices=0, sizes={}, size_steps=0, size_step=None, size_notes=[], last={},
+              prev_input=None, after=[0, 0], pending=None, after_checks=0, in_step={})
 
 
 reset()
@@ -135,9 +136,60 @@ def note(parts: list, source: str, step: int) -> None:
         for p in parts:
             crc = zlib.crc32(p, crc)
         fps.append([step, f"{crc:08x}"])
+        _new_input(frozenset(zlib.crc32(p) for p in parts), step)
         _s["sources"][source] = _s["sources"].get(source, 0) + 1
     except Exception as e:  # never into the program
         core.record_error("batch fingerprint", e)
+
+
+# ---------------------------------------------------------------- the training batch evaluated after its update
+
+# A port that logs the loss of the weights after the update (the Flax examples' `compute_metrics(state.params, batch)`
+# called after the step, or the same metrics computed at the end of the step on the rebound parameters) logs another
+# quantity than the loss the gradient was taken at, lower while the rate is large. Seen two ways: a call that is not
+# a training step given the last step's batch again before the next step (fingerprints, as above), and a matmul inside
+# the training step whose operand is a parameter `optax.apply_updates` returned (jax_facts, note_in_step).
+_AFTER_CHECKS = 2  # calls checked after each training step (the first ones: the metrics call follows the step)
+
+
+def _new_input(crcs: frozenset, step: int) -> None:
+    """A training input of step `step` (its parts' checksums): when it starts a new step with a new batch, that step
+    is judged, and counted as evaluated after the update when a call gave the previous step's batch in between."""
+    prev = _s["prev_input"]
+    if prev is not None and prev[0] != step:
+        _s["after_checks"] = 0
+        if crcs != prev[1]:  # the same batch every step (full-batch training): before and after cannot be told
+            _s["after"][0] += 1
+            if _s["pending"] == prev[0]:
+                _s["after"][1] += 1
+    _s["prev_input"] = (step, crcs)
+
+
+def note_after(parts: list, step: int) -> None:
+    """A call that is not a training step (a jitted metrics function, the model's forward outside training), made
+    while the clock reads `step`, given values whose hashed parts are `parts` (None: not measured)."""
+    try:
+        prev = _s["prev_input"]
+        if prev is None or prev[0] != step or _s["pending"] == step or _s["after_checks"] >= _AFTER_CHECKS:
+            return
+        _s["after_checks"] += 1
+        crcs = {zlib.crc32(p) for p in parts if p is not None}
+        if prev[1] and prev[1] <= crcs:
+            _s["pending"] = step
+    except Exception as e:  # never into the program
+        core.record_error("batch after update", e)
+
+
+def checking_after(step: int) -> bool:
+    """Whether a call made at `step` would be checked (callers skip hashing otherwise)."""
+    prev = _s["prev_input"]
+    return prev is not None and prev[0] == step and _s["pending"] != step and _s["after_checks"] < _AFTER_CHECKS
+
+
+def note_in_step(rec: dict, matmuls: int) -> None:
+    """A training step's trace computes `matmuls` matmuls with parameters the update just returned; `rec` is the
+    step function's record (its calls are read at exit)."""
+    _s["in_step"][rec["name"]] = (rec, matmuls)
 
 
 def note_chunks(arrays: list, devices: int, step: int) -> None:
@@ -218,12 +270,16 @@ def _flush_shapes() -> None:
 
 def snapshot() -> dict:
     _flush_shapes()
-    if not _s["fps"] and not _s["unmeasured"] and not _s["size_steps"]:
+    if not _s["fps"] and not _s["unmeasured"] and not _s["size_steps"] and not _s["in_step"]:
         return {}
     out = {"fps": list(_s["fps"]), "sources": dict(_s["sources"]), "unmeasured": _s["unmeasured"], "max_fps": MAX_FPS}
     if _s["size_steps"]:
         out["shapes"] = {"steps": _s["size_steps"],
                          "per_step": sorted(_s["sizes"].values(), key=lambda notes_n: -notes_n[1])}
+    judged, evaluated = _s["after"]
+    in_step = {name: {"matmuls": m, "calls": rec.get("calls", 0)} for name, (rec, m) in _s["in_step"].items()}
+    if judged or in_step:
+        out["after_update"] = {"judged": judged, "evaluated": evaluated, "in_step": in_step}
     if _s["chunked"]:
         out["chunks"] = {"devices": _s["devices"], "inputs": _s["chunked"], "replicated": _s["replicated"],
                          "first": _s["first_replicated"]}

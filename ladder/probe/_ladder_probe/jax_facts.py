@@ -59,7 +59,7 @@ class Box:
     norms it computed (tracers of this trace) to hand out as an extra output."""
 
     __slots__ = ("trace", "update_seen", "grad_seen", "aux", "nested", "owner", "no_trace", "draws", "compute",
-                 "grad_io", "dropout")
+                 "grad_io", "dropout", "updated", "after_matmuls")
 
     def __init__(self, owner) -> None:
         self.owner = owner
@@ -72,6 +72,8 @@ class Box:
         self.compute: dict = {}  # operand dtype -> count, over the matmuls and convolutions bound in this trace
         self.grad_io: list = []  # (parameters, gradient) of each jax.grad / value_and_grad applied in this trace
         self.dropout: list = []  # (rate, on) of each Flax dropout layer called in this trace
+        self.updated: dict = {}  # id -> tracer: the parameters optax.apply_updates returned here, and views of them
+        self.after_matmuls = 0  # matmuls and convolutions in this trace with an updated parameter as an operand
         try:
             from jax._src import core as jcore
 
@@ -182,6 +184,8 @@ class Traced:
                     _note_data_dtypes(rec, box, args, kwargs)
                 except Exception as e:
                     core.record_error("jax step argument dtypes", e)
+            if box.after_matmuls and box.update_seen:
+                batches.note_in_step(rec, box.after_matmuls)
             if box.update_seen:
                 rec["train"] = True
                 _s["update_ever"] = True
@@ -250,6 +254,10 @@ class Traced:
                 except Exception as e:
                     core.record_error("jax batch fingerprint", e)
             if not _is_step(rec):
+                try:
+                    _note_after(args, kwargs)
+                except Exception as e:
+                    core.record_error("jax batch after update", e)
                 b = rec["by_step"].get(core.clock.step)
                 if b is None and len(rec["by_step"]) < _MAX_BY_STEP:
                     b = rec["by_step"][core.clock.step] = [0, 0]
@@ -366,12 +374,20 @@ def _note_batch(rec: dict, args, kwargs) -> None:
     devices = _s.get("local_devices")
     if devices is None:
         devices = _s["local_devices"] = int(jax.local_device_count())
+    parts, hosts = _host_parts(data, devices > 1)
+    batches.note(parts, "jax step", core.clock.step)  # ticked before the call
+    if devices > 1 and hosts and all(h is not None for h in hosts):  # all in host memory: split as the devices get it
+        batches.note_chunks(hosts, devices, core.clock.step)
+
+
+def _host_parts(data: list, want_host: bool) -> tuple[list, list]:
+    """Each value's hashed bytes (None where it is not in host memory) and, where read, its host array."""
     parts, hosts = [], []
     for x in data:
         part, host = batches.copied_part(x), None
         if type(x).__module__.startswith("numpy"):
             host = x
-        elif (part is None or devices > 1) and all(getattr(d, "platform", "") == "cpu" for d in _devices(x)) \
+        elif (part is None or want_host) and all(getattr(d, "platform", "") == "cpu" for d in _devices(x)) \
                 and not x.is_deleted():  # read only where the fingerprint or the device slices need it
             import numpy as np
 
@@ -381,9 +397,18 @@ def _note_batch(rec: dict, args, kwargs) -> None:
             part = batches.numpy_part(host)
         parts.append(part)
         hosts.append(host)
-    batches.note(parts, "jax step", core.clock.step)  # ticked before the call
-    if devices > 1 and hosts and all(h is not None for h in hosts):  # all in host memory: split as the devices get it
-        batches.note_chunks(hosts, devices, core.clock.step)
+    return parts, hosts
+
+
+def _note_after(args, kwargs) -> None:
+    """A host call of a function that is not a training step, right after a step: whether it is given that step's
+    batch again (batches.note_after), its values hashed as the step's are."""
+    if not batches.checking_after(core.clock.step):
+        return
+    jax = sys.modules["jax"]
+    data = [x for x in jax.tree_util.tree_leaves((args, kwargs))
+            if int(getattr(x, "size", 0) or 0) >= batches.MIN_SIZE and not _is_key(jax, x)]
+    batches.note_after(_host_parts(data, False)[0], core.clock.step)
 
 
 def _devices(x) -> set:
@@ -631,14 +656,72 @@ def _wrap_pmap(jax) -> None:
 _COMPUTE_PRIMITIVES = ("dot_general_p", "conv_general_dilated_p")
 
 
+# Primitives whose output is a view of their input (a transposed, reshaped or cast kernel): an updated parameter
+# stays one through them.
+_VIEW_PRIMITIVES = ("transpose_p", "reshape_p", "squeeze_p", "broadcast_in_dim_p")
+
+
 def _hook_compute(jax) -> None:
     for attr in _COMPUTE_PRIMITIVES:
         prim = getattr(jax.lax, attr, None)
         if prim is not None and not getattr(prim.bind, "_ladder_wrapped", False):
-            prim.bind = _noting(prim.bind, _operand_dtypes)  # an instance attribute: the class's bind stays as it is
+            prim.bind = _noting(prim.bind, _operand_dtypes, "compute")  # an instance attribute: the class's stays
     prim = getattr(jax.lax, "convert_element_type_p", None)
     if prim is not None and not getattr(prim.bind, "_ladder_wrapped", False):
-        prim.bind = _noting(prim.bind, _half_cast)
+        prim.bind = _noting(prim.bind, _half_cast, "view")
+    for attr in _VIEW_PRIMITIVES:
+        prim = getattr(jax.lax, attr, None)
+        if prim is not None and not getattr(prim.bind, "_ladder_wrapped", False):
+            prim.bind = _noting(prim.bind, None, "view")
+    try:  # a jitted jax.numpy function called in the trace (`@`, jnp.dot, einsum, .T): its jaxpr, followed
+        from jax._src import pjit
+
+        prim = getattr(pjit, "jit_p", None) or getattr(pjit, "pjit_p", None)
+    except Exception:
+        prim = None
+    if prim is not None and not getattr(prim.bind, "_ladder_wrapped", False):
+        prim.bind = _noting(prim.bind, None, "call")
+
+
+_COMPUTE_NAMES = frozenset({"dot_general", "conv_general_dilated"})
+
+
+def _sub_jaxpr(params: dict):
+    for v in params.values():
+        j = getattr(v, "jaxpr", v)
+        if hasattr(j, "eqns") and hasattr(j, "invars"):
+            return j
+    return None
+
+
+def _flow(jaxpr, marked_in: list, depth: int = 0) -> tuple[int, list]:
+    """Through a jaxpr whose inputs `marked_in` are updated parameters: the matmuls and convolutions with one operand
+    derived from an updated parameter and another not, and which outputs derive from one."""
+    marked = {v for v, m in zip(jaxpr.invars, marked_in) if m}
+
+    def derived(v) -> bool:
+        try:
+            return v in marked
+        except TypeError:  # a literal
+            return False
+
+    hits = 0
+    for eqn in jaxpr.eqns:
+        ins = [derived(v) for v in eqn.invars]
+        if not any(ins):
+            continue
+        if eqn.primitive.name in _COMPUTE_NAMES and not all(ins[:2]) and any(ins[:2]):
+            hits += 1
+        sub = _sub_jaxpr(eqn.params)
+        if sub is not None and len(sub.invars) == len(eqn.invars) and depth < 8:
+            n, outs = _flow(sub, ins, depth + 1)
+            hits += n
+            marked.update(v for v, m in zip(eqn.outvars, outs) if m)
+        else:
+            if sub is not None and any(e.primitive.name in _COMPUTE_NAMES for e in sub.eqns):
+                hits += 1  # a loop or branch over the updated parameters that computes with them
+            marked.update(eqn.outvars)
+    return hits, [derived(v) for v in jaxpr.outvars]
 
 
 _HALF = ("bfloat16", "float16")
@@ -656,18 +739,36 @@ def _half_cast(args, params) -> list[str]:
     return [f"cast:{to}"] if to in _HALF and src.startswith("float") and src not in _HALF else []
 
 
-def _noting(orig, keys):
+def _noting(orig, keys, role: str):
     """`orig` (a primitive's bind), counting `keys(args, params)` in the current trace's box: traced inside a
-    wrapped function, a tracer's dtype is known without a device read."""
+    wrapped function, a tracer's dtype is known without a device read. After optax.apply_updates in the trace, a
+    "view" primitive of an updated parameter gives one, and a "compute" primitive with one operand updated and
+    another not (the model applied to the batch with the new weights) is counted."""
     def bind(*args, **params):
         box = current_box()
-        if box is not None:
+        if box is not None and keys is not None:
             try:
                 for d in keys(args, params):
                     box.compute[d] = box.compute.get(d, 0) + 1
             except Exception as e:
                 core.record_error("jax compute dtypes", e)
-        return orig(*args, **params)
+        out = orig(*args, **params)
+        if box is not None and box.updated:
+            try:
+                hit = [box.updated.get(id(a)) is a for a in args]
+                if role == "view" and hit and hit[0]:
+                    box.updated[id(out)] = out
+                elif role == "compute" and any(hit[:2]) and not all(hit[:2]):
+                    box.after_matmuls += 1
+                elif role == "call" and any(hit) and "jaxpr" in params:
+                    n, outs = _flow(params["jaxpr"].jaxpr, hit)
+                    box.after_matmuls += n
+                    for o, m in zip(out, outs):
+                        if m:
+                            box.updated[id(o)] = o
+            except Exception as e:
+                core.record_error("jax updated parameters", e)
+        return out
 
     bind._ladder_wrapped = True
     return bind

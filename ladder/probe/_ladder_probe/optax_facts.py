@@ -54,6 +54,9 @@ def on_optax(optax) -> None:
         return
     _orig["gt"] = gt
     _orig["global_norm"] = optax.global_norm
+    apply = getattr(optax, "apply_updates", None)
+    if apply is not None and not getattr(apply, "_ladder_wrapped", False):
+        setattr(optax, "apply_updates", _wrap_apply(apply))
     for name in dir(optax):
         if name.startswith("_"):
             continue
@@ -63,6 +66,30 @@ def on_optax(optax) -> None:
 
 
 HOOKS = {"optax": on_optax}
+
+
+def _wrap_apply(fn):
+    """optax.apply_updates: inside a traced training step, the parameters it returns are marked in the trace's box
+    (jax_facts counts the matmuls that use them after the trace's last update: the loss of the updated weights). The
+    result is unchanged."""
+    @functools.wraps(fn)
+    def apply_updates(params, updates, *args, **kwargs):
+        out = fn(params, updates, *args, **kwargs)
+        box = jax_facts.current_box()
+        if box is not None and box.trace is not None:
+            # the matmuls counted are those after the trace's last update: several steps unrolled in one call
+            # compute each step's forward with the previous step's update, as training does
+            box.after_matmuls = 0
+            try:
+                for x in sys.modules["jax"].tree_util.tree_leaves(out):
+                    if getattr(x, "_trace", None) is box.trace:
+                        box.updated[id(x)] = x
+            except Exception as e:  # never into the program
+                core.record_error("optax apply_updates", e)
+        return out
+
+    apply_updates._ladder_wrapped = True
+    return apply_updates
 
 
 def _wrap_ctor(name: str, fn):

@@ -633,17 +633,22 @@ def _watch_batches(module) -> None:
 
 
 def _batch_hook(module, args, kwargs):
-    if _IS_COMPILING[0]() or not module.training or core.clock.eval or core.clock.in_step:
+    if _IS_COMPILING[0]() or core.clock.in_step:
         return None
     try:
         torch = sys.modules["torch"]
-        if not torch.is_grad_enabled():
-            return None  # a forward under no_grad in train mode: an evaluation that kept the mode
         Tensor = torch.Tensor
         values = args[:4] if isinstance(args, tuple) else ()
         if kwargs:
             values = (*values, *list(kwargs.values())[:4])
         data = [t for t in values if isinstance(t, Tensor) and t.numel() >= batches.MIN_SIZE]
+        if not module.training or core.clock.eval or not torch.is_grad_enabled():
+            # not a training forward (an evaluation, or no_grad in train mode): right after an optimizer step,
+            # whether it is given that step's batch again (the loss of the updated weights, logged)
+            if batches.checking_after(core.clock.step):
+                batches.note_after([batches.torch_part(t) if t.is_cpu else batches.copied_part(t) for t in data],
+                                   core.clock.step)
+            return None
         step = core.clock.step + 1  # before the step's optimizer.step ticks the clock
         batches.note_shapes(data, "torch forward", step)
         if not batches.full():
