@@ -1,0 +1,1 @@
+../benign_jax_normal_init/parity_adapter.py

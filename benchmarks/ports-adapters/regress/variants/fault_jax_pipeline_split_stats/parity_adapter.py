@@ -1,0 +1,1 @@
+../jax_grain_style_pipeline/parity_adapter.py

@@ -1,0 +1,1 @@
+../xla_launcher_resume/parity_adapter.py

@@ -1,0 +1,220 @@
+"""Train the ConvNet on the synthetic pattern images (JAX + Flax + Optax port, one device).
+
+Port notes: the reference runs PyTorch DDP over 2 processes (per-rank batch 32, gradients
+averaged in backward). Here one jitted step takes the whole global batch of 64 on one device:
+with GroupNorm (per-sample statistics) and equal shards, the mean loss over the 64 items and its
+gradient are exactly the average over the two ranks that DDP computes. The optimizer is
+optax.chain(clip_by_global_norm(1.0), add_decayed_weights(5e-4), adam(schedule, b1=0.9,
+b2=0.98, eps=1e-8)): clipping of the averaged gradient first, then torch Adam's coupled L2 term
+(weight_decay * param added to the clipped gradient, for every parameter), then Adam. The
+schedule is evaluated at the update count before it is incremented, so update i (from 1) uses
+factor(i - 1), as torch's LambdaLR does. Batches: a numpy permutation per epoch (seed, epoch),
+64 items per step, last partial batch dropped (the reference's DistributedSampler order is
+torch's RNG; this is another shuffle of the same kind).
+
+Preemptible run: `python train.py --seed S --steps N --eval-every E` is a launcher. It runs the
+training as two processes in a row (sys.executable, the same environment, as a job wrapper restarting
+a preempted job would): the first trains steps 1..N/2, writes a checkpoint with flax.serialization
+(msgpack: the params, stored in bfloat16 to halve the weights' bytes, the optax state and the step)
+to checkpoints/ in the work directory and exits; the second restores it into the templates of a
+fresh init (serialization.from_bytes) and trains steps N/2+1..N. The dropout key is
+fold_in(dropout_key, step), the data order of epoch e is default_rng((seed, e)) and the consumed
+batches are skipped. `train.main(argv)` without --stop-at / --resume trains the whole run in the
+calling process.
+
+Output (one line each, flushed):
+  step {i} loss {x}                  every 10 steps (mean loss over the global batch)
+  eval step {i} items {n} acc {x}    every --eval-every steps and at the end (whole test split)
+  metric test_acc={x}                once, at the end
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import math
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import serialization
+
+from data import N_CLASSES, make_dataset
+from model import ConvNet
+
+GLOBAL_BATCH = 64  # the reference's 2 ranks x 32
+EVAL_BATCH = 256
+LOG_EVERY = 10
+LR = 1e-3
+BETAS = (0.9, 0.98)
+EPS = 1e-8
+WEIGHT_DECAY = 5e-4
+CLIP_NORM = 1.0
+LABEL_SMOOTHING = 0.1
+WARMUP_FRACTION = 0.05
+MIN_LR_RATIO = 0.1
+
+Params = Any
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--eval-every", type=int, default=100)
+    p.add_argument("--ckpt-dir", default=None, help="checkpoint directory (default: checkpoints/ in the cwd)")
+    p.add_argument("--stop-at", type=int, default=None, help="save a checkpoint after this step and exit")
+    p.add_argument("--resume", action="store_true", help="restore the checkpoint and continue")
+    return p.parse_args(argv)
+
+
+WORKER_ENV = "DPCLASS_TRAIN_WORKER"
+
+
+def default_ckpt_dir(args: argparse.Namespace) -> str:
+    return os.path.abspath(os.path.join("checkpoints", f"dpclass_seed{args.seed}_steps{args.steps}"))
+
+
+def launch(argv: list[str]) -> None:
+    """Run the training as two processes in a row, the second resuming from the first's checkpoint."""
+    args = parse_args(argv)
+    ckpt_dir = args.ckpt_dir or default_ckpt_dir(args)
+    shutil.rmtree(ckpt_dir, ignore_errors=True)  # never resume from an older run's checkpoint
+    half = args.steps // 2
+    segments = [["--stop-at", str(half)], ["--resume"]] if 0 < half < args.steps else [[]]
+    env = {**os.environ, WORKER_ENV: "1"}
+    for extra in segments:
+        cmd = [sys.executable, os.path.abspath(__file__), *argv, "--ckpt-dir", ckpt_dir, *extra]
+        subprocess.run(cmd, env=env, check=True)
+
+
+def make_schedule(total_steps: int) -> Callable[[jax.Array], jax.Array]:
+    """LR at update count c (from 0): linear warmup over 5% of the steps, cosine to 10% of the peak."""
+    warmup = max(1, int(WARMUP_FRACTION * total_steps))
+
+    def schedule(count: jax.Array) -> jax.Array:
+        count = jnp.asarray(count, jnp.float32)
+        progress = (count - warmup) / max(1, total_steps - warmup)
+        cosine = MIN_LR_RATIO + (1.0 - MIN_LR_RATIO) * 0.5 * (1.0 + jnp.cos(math.pi * progress))
+        return LR * jnp.where(count < warmup, (count + 1) / warmup, cosine)
+
+    return schedule
+
+
+def global_batches(n: int, seed: int) -> Iterator[np.ndarray]:
+    """Index arrays of 64 items: a fresh permutation every epoch, the last partial batch dropped."""
+    epoch = 0
+    while True:
+        order = np.random.default_rng((seed, epoch)).permutation(n)
+        for b in range(n // GLOBAL_BATCH):
+            yield order[b * GLOBAL_BATCH : (b + 1) * GLOBAL_BATCH]
+        epoch += 1
+
+
+def make_train_step(model: ConvNet, tx: optax.GradientTransformation) -> Callable:
+    def loss_fn(params: Params, x: jax.Array, y: jax.Array, key: jax.Array) -> jax.Array:
+        logits = model.apply({"params": params}, x, train=True, rngs={"dropout": key})
+        targets = optax.smooth_labels(jax.nn.one_hot(y, N_CLASSES), LABEL_SMOOTHING)
+        return optax.softmax_cross_entropy(logits, targets).mean()
+
+    @jax.jit
+    def train_step(params: Params, opt_state: optax.OptState, x: jax.Array, y: jax.Array, key: jax.Array):
+        loss, grads = jax.value_and_grad(loss_fn)(params, x, y, key)
+        updates, opt_state = tx.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, loss
+
+    return train_step
+
+
+def make_eval_batch(model: ConvNet) -> Callable:
+    @jax.jit
+    def eval_batch(params: Params, x: jax.Array, y: jax.Array) -> jax.Array:
+        logits = model.apply({"params": params}, x, train=False)
+        return (logits.argmax(axis=-1) == y).sum()
+
+    return eval_batch
+
+
+def evaluate(eval_batch: Callable, params: Params, x: np.ndarray, y: np.ndarray) -> tuple[int, float]:
+    """Accuracy over the whole test split."""
+    correct = jnp.zeros((), jnp.int32)
+    for start in range(0, len(x), EVAL_BATCH):
+        correct = correct + eval_batch(params, x[start : start + EVAL_BATCH], y[start : start + EVAL_BATCH])
+    return len(x), int(correct) / len(x)
+
+
+CKPT_PARAM_DTYPE = jnp.bfloat16  # checkpoint size: the weights in 16 bits, the optimizer state as is
+
+
+def save_checkpoint(ckpt_dir: str, state: dict[str, Any]) -> None:
+    os.makedirs(ckpt_dir, exist_ok=True)
+    state = {**state, "params": jax.tree.map(lambda p: p.astype(CKPT_PARAM_DTYPE), state["params"])}
+    with open(os.path.join(ckpt_dir, "state.msgpack"), "wb") as f:
+        f.write(serialization.to_bytes(jax.device_get(state)))
+
+
+def restore_checkpoint(ckpt_dir: str, template: dict[str, Any]) -> dict[str, Any]:
+    with open(os.path.join(ckpt_dir, "state.msgpack"), "rb") as f:
+        return serialization.from_bytes(template, f.read())
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    init_key, dropout_key = jax.random.split(jax.random.PRNGKey(args.seed))
+
+    x_train, y_train, x_test, y_test = make_dataset()
+    x_train, x_test = x_train.transpose(0, 2, 3, 1), x_test.transpose(0, 2, 3, 1)  # NCHW -> NHWC
+    y_train, y_test = y_train.astype(np.int32), y_test.astype(np.int32)
+
+    model = ConvNet(N_CLASSES)
+    tx = optax.chain(
+        optax.clip_by_global_norm(CLIP_NORM),
+        optax.add_decayed_weights(WEIGHT_DECAY),
+        optax.adam(make_schedule(args.steps), b1=BETAS[0], b2=BETAS[1], eps=EPS),
+    )
+    params = model.init(init_key, jnp.zeros((1, *x_train.shape[1:])), train=False)["params"]
+    opt_state = tx.init(params)
+    train_step = make_train_step(model, tx)
+    eval_batch = make_eval_batch(model)
+    ckpt_dir = args.ckpt_dir or default_ckpt_dir(args)
+    start = 0
+    if args.resume:
+        template = {"params": params, "opt_state": opt_state, "step": 0}
+        ckpt = restore_checkpoint(ckpt_dir, template)
+        params, opt_state, start = ckpt["params"], ckpt["opt_state"], int(ckpt["step"])
+        print(f"resumed from {ckpt_dir} at step {start}", flush=True)
+    stop = args.stop_at if args.stop_at is not None else args.steps
+    batches = itertools.islice(global_batches(len(x_train), args.seed), start, None)
+
+    acc = float("nan")
+    for step in range(start + 1, stop + 1):
+        idx = next(batches)
+        params, opt_state, loss = train_step(
+            params, opt_state, x_train[idx], y_train[idx], jax.random.fold_in(dropout_key, step)
+        )
+
+        if step % LOG_EVERY == 0:
+            print(f"step {step} loss {float(loss):.6f}", flush=True)
+        if step % args.eval_every == 0 or step == args.steps:
+            items, acc = evaluate(eval_batch, params, x_test, y_test)
+            print(f"eval step {step} items {items} acc {acc:.6f}", flush=True)
+
+    if stop < args.steps:
+        save_checkpoint(ckpt_dir, {"params": params, "opt_state": opt_state, "step": stop})
+        print(f"checkpoint saved to {ckpt_dir} at step {stop}", flush=True)
+        return
+    print(f"metric test_acc={acc:.6f}", flush=True)
+
+
+if __name__ == "__main__":
+    if os.environ.get(WORKER_ENV):
+        main()
+    else:
+        launch(sys.argv[1:])
