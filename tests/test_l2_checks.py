@@ -207,6 +207,29 @@ def test_a_loss_logged_after_the_update_fails_the_loss_window(runs, torch_python
     assert "after_update" not in (c.details or {}), c.evidence
 
 
+@pytest.mark.slow
+def test_a_run_resumed_in_a_new_process_is_one_stream_of_batches(runs, torch_python) -> None:
+    # round 22's relaunching ports: train.py runs the training as two processes in a row, the second resuming from
+    # the first's checkpoint. Their inputs are one stream: a resume that restarts the data order trains on the first
+    # half's batches again (a repeat, said as a restarted data order), and is not one shard given to every process
+    from ladder.checks.randomness import batch_repeats, repeated_batches, shared_shards
+
+    ref = runs(torch_python, "relaunch_train.py")
+    good = runs(torch_python, "relaunch_train.py", "--relaunch")
+    bad = runs(torch_python, "relaunch_train.py", "--relaunch", "--fault", "restart_data")
+    assert len([b for b in good.probe["batches"] if b.get("fps")]) == 2  # two training processes
+    assert [p.loss for p in good.loss_curve] == [p.loss for p in ref.loss_curve]  # resumed exactly
+    assert [p.loss for p in bad.loss_curve] != [p.loss for p in ref.loss_curve]  # the fault really happens
+    s = batch_repeats(good.probe)
+    assert s["in_a_row"] == 2 and s["inputs"] == 40 and s["repeats"] == 0, s
+    assert repeated_batches(good.probe, ref.probe, 0.05)[0] is None
+    assert shared_shards(good.probe, ref.probe, 0.05)[0] is None
+    why, m = repeated_batches(bad.probe, ref.probe, 0.05)
+    assert m["batches"]["repeats"] == 20 and m["batches"]["first"] == [1, 21], m["batches"]
+    assert "2 processes in a row" in why and "restarted the data order" in why, why
+    assert shared_shards(bad.probe, ref.probe, 0.05)[0] is None  # not read as one shard given to every process
+
+
 # ---------------------------------------------------------------- torch CPU (reference stack)
 
 @pytest.mark.slow

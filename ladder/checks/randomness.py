@@ -86,12 +86,38 @@ def repeats(facts: dict[str, Any] | None, min_calls: int, rebuilds: list[int] | 
 MIN_BATCHES = 20  # fingerprinted training inputs a process needs before its repeats are judged
 
 
+def fingerprint_streams(probe: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The processes' fingerprinted training inputs as the streams they were trained in. Processes that ran one after
+    another (each started after every earlier one had ended: a run preempted and resumed, a launcher that starts
+    training again from the checkpoint the last process wrote) are one stream, in time order, their steps numbered
+    on; processes that overlap in time (data-parallel workers) are each their own. A process with no end recorded
+    (killed) overlaps."""
+    entries = [b for b in (probe or {}).get("batches") or [] if b.get("fps")]
+    spans = [b.get("span") or [None, None] for b in entries]
+    if len(entries) < 2 or any(a is None or z is None for a, z in spans):
+        return entries
+    order = sorted(range(len(entries)), key=lambda i: spans[i][0])
+    if any(spans[order[k + 1]][0] < spans[order[k]][1] for k in range(len(order) - 1)):
+        return entries
+    fps: list[list[Any]] = []
+    offset = 0
+    sources: dict[str, int] = {}
+    for i in order:
+        b = entries[i]
+        fps += [[step + offset, fp] for step, fp in b["fps"]]
+        offset = max([offset] + [step for step, _ in fps])
+        for k, n in (b.get("sources") or {}).items():
+            sources[k] = sources.get(k, 0) + n
+    return [{"fps": fps, "pid": ", ".join(str(entries[i].get("pid")) for i in order), "in_a_row": len(order),
+             "sources": sources, "unmeasured": sum(int(entries[i].get("unmeasured") or 0) for i in order)}]
+
+
 def batch_repeats(probe: dict[str, Any] | None) -> dict[str, Any] | None:
     """How often the run trains on an input it has already trained on (ladder/probe/_ladder_probe/batches.py: a
     hash of each training forward's or step's data): the process that repeats the largest share, with its first
     repeat; None when no process fingerprinted enough inputs (data made on the device is not read back)."""
     worst = None
-    for b in (probe or {}).get("batches") or []:
+    for b in fingerprint_streams(probe):
         fps = b.get("fps") or []
         if len(fps) < MIN_BATCHES:
             continue
@@ -108,7 +134,8 @@ def batch_repeats(probe: dict[str, Any] | None) -> dict[str, Any] | None:
         again = [b[0] for a, b in zip(fps, fps[1:]) if a[1] == b[1] and b[0] == a[0] + 1]
         stat = {"inputs": len(fps), "repeats": repeats, "share": repeats / len(fps), "first": first,
                 "next_step": len(again), "first_next_step": again[0] if again else None,
-                "pid": b.get("pid"), "sources": b.get("sources") or {}, "unmeasured": b.get("unmeasured", 0)}
+                "pid": b.get("pid"), "sources": b.get("sources") or {}, "unmeasured": b.get("unmeasured", 0),
+                "in_a_row": b.get("in_a_row", 1)}
         if worst is None or (stat["share"], stat["next_step"]) > (worst["share"], worst["next_step"]):
             worst = stat
     return worst
@@ -148,7 +175,14 @@ def repeated_batches(run_probe: dict[str, Any] | None, ref_probe: dict[str, Any]
             f"training inputs ({mine['share']:.0%}; the first at step {first[1]}, the input of step {first[0]} "
             f"again), the reference {theirs['repeats']} in {theirs['inputs']} ({p:.0%}; at most {bound:.0%} "
             "allowed): the same batch given twice (data-loader workers seeded alike, a dataset every worker yields "
-            "whole, a prefetched batch used again), so the run sees less of the data"), measured
+            "whole, a prefetched batch used again), so the run sees less of the data" + _in_a_row(mine)), measured
+
+
+def _in_a_row(stat: dict[str, Any]) -> str:
+    n = stat.get("in_a_row", 1)
+    return "" if n < 2 else (f"; the run trained as {n} processes in a row (processes {stat.get('pid')}, each resuming "
+                             "where the last stopped): a resumed process that trains again on inputs an earlier one "
+                             "trained on restarted the data order (the data position or its random state not restored)")
 
 
 def shared_data(probe: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -158,7 +192,7 @@ def shared_data(probe: dict[str, Any] | None) -> dict[str, Any] | None:
     (every process iterating the same data instead of its own shard). The worst of both, or None when neither was
     measured (one device and one process, or too few inputs)."""
     worst = None
-    batches = [b for b in (probe or {}).get("batches") or [] if len(b.get("fps") or []) >= MIN_BATCHES]
+    batches = [b for b in fingerprint_streams(probe) if len(b.get("fps") or []) >= MIN_BATCHES]
     for b in (probe or {}).get("batches") or []:
         c = b.get("chunks") or {}
         if c.get("inputs", 0) >= MIN_BATCHES:

@@ -253,7 +253,8 @@ def merge_reports(out_dir: Path, rules: "L2Rules | None" = None) -> dict[str, An
         "grad_norms": (main.get("grad_norms") or None),
         "seed": main.get("seed"),
         "random": _random(reports),
-        "batches": [{**r["batches"], "pid": r.get("pid")} for r in reports if r.get("batches")],
+        "batches": [{**r["batches"], "pid": r.get("pid"), "span": [r.get("started_at"), r.get("ended_at")]}
+                    for r in reports if r.get("batches")],
         "errors": errors,
         "processes": reports,
     }
