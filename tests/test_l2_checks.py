@@ -188,7 +188,12 @@ def test_a_loss_logged_after_the_update_fails_the_loss_window(runs, torch_python
     assert logged(before) == logged(plain)  # the metrics call before the step logs the differentiated loss
     for bad in (call, step):  # the fault really happens: another number each logged step, lower
         assert logged(bad) != logged(plain) and sum(logged(bad)) < sum(logged(plain)), (logged(bad), logged(plain))
-    for good in (plain, before):
+    # two steps fused in one jitted call: the second step's forward uses the first's update, as training does; only
+    # matmuls after the call's last update count
+    fused = runs(jax_python, "jax_train.py", "--unroll")
+    assert logged(fused) == logged(plain)
+    assert after_update(fused, 10) == {"share": 0.0, "judged": 19, "evaluated": 0, "in_step": None}
+    for good in (plain, before, fused):
         c = window(good)
         assert "after_update" not in (c.details or {}), c.evidence
     c = window(call)
