@@ -105,7 +105,7 @@ def fingerprint_streams(probe: dict[str, Any] | None) -> list[dict[str, Any]]:
     for i in order:
         b = entries[i]
         fps += [[step + offset, fp] for step, fp in b["fps"]]
-        offset = max([offset] + [step for step, _ in fps])
+        offset += max(step for step, _ in b["fps"])
         for k, n in (b.get("sources") or {}).items():
             sources[k] = sources.get(k, 0) + n
     return [{"fps": fps, "pid": ", ".join(str(entries[i].get("pid")) for i in order), "in_a_row": len(order),

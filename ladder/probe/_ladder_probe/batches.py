@@ -136,7 +136,7 @@ def note(parts: list, source: str, step: int) -> None:
         for p in parts:
             crc = zlib.crc32(p, crc)
         fps.append([step, f"{crc:08x}"])
-        _new_input(frozenset(zlib.crc32(p) for p in parts), step)
+        _new_input(crc, parts, step)
         _s["sources"][source] = _s["sources"].get(source, 0) + 1
     except Exception as e:  # never into the program
         core.record_error("batch fingerprint", e)
@@ -152,17 +152,18 @@ def note(parts: list, source: str, step: int) -> None:
 _AFTER_CHECKS = 2  # calls checked after each training step (the first ones: the metrics call follows the step)
 
 
-def _new_input(crcs: frozenset, step: int) -> None:
-    """A training input of step `step` (its parts' checksums): when it starts a new step with a new batch, that step
-    is judged, and counted as evaluated after the update when a call gave the previous step's batch in between."""
+def _new_input(crc: int, parts: list, step: int) -> None:
+    """A training input of step `step` (its checksum and hashed parts): when it starts a new step with a new batch,
+    that step is judged, and counted as evaluated after the update when a call gave the previous step's batch in
+    between. The parts' own checksums are taken only when a call is checked (note_after), not at every step."""
     prev = _s["prev_input"]
     if prev is not None and prev[0] != step:
         _s["after_checks"] = 0
-        if crcs != prev[1]:  # the same batch every step (full-batch training): before and after cannot be told
+        if crc != prev[1]:  # the same batch every step (full-batch training): before and after cannot be told
             _s["after"][0] += 1
             if _s["pending"] == prev[0]:
                 _s["after"][1] += 1
-    _s["prev_input"] = (step, crcs)
+    _s["prev_input"] = [step, crc, parts, None]  # the last slot: the parts' checksums, once a call needs them
 
 
 def note_after(parts: list, step: int) -> None:
@@ -173,8 +174,10 @@ def note_after(parts: list, step: int) -> None:
         if prev is None or prev[0] != step or _s["pending"] == step or _s["after_checks"] >= _AFTER_CHECKS:
             return
         _s["after_checks"] += 1
+        if prev[3] is None:
+            prev[3] = frozenset(zlib.crc32(p) for p in prev[2])
         crcs = {zlib.crc32(p) for p in parts if p is not None}
-        if prev[1] and prev[1] <= crcs:
+        if prev[3] and prev[3] <= crcs:
             _s["pending"] = step
     except Exception as e:  # never into the program
         core.record_error("batch after update", e)

@@ -686,6 +686,12 @@ def _hook_compute(jax) -> None:
 _COMPUTE_NAMES = frozenset({"dot_general", "conv_general_dilated"})
 
 
+def _mixes(derived: list) -> bool:
+    """A matmul's or convolution's two operands, one derived from an updated parameter and the other not: the new
+    weights applied to data (a product of two parameters is not)."""
+    return any(derived[:2]) and not all(derived[:2])
+
+
 def _sub_jaxpr(params: dict):
     for v in params.values():
         j = getattr(v, "jaxpr", v)
@@ -710,7 +716,7 @@ def _flow(jaxpr, marked_in: list, depth: int = 0) -> tuple[int, list]:
         ins = [derived(v) for v in eqn.invars]
         if not any(ins):
             continue
-        if eqn.primitive.name in _COMPUTE_NAMES and not all(ins[:2]) and any(ins[:2]):
+        if eqn.primitive.name in _COMPUTE_NAMES and _mixes(ins):
             hits += 1
         sub = _sub_jaxpr(eqn.params)
         if sub is not None and len(sub.invars) == len(eqn.invars) and depth < 8:
@@ -758,7 +764,7 @@ def _noting(orig, keys, role: str):
                 hit = [box.updated.get(id(a)) is a for a in args]
                 if role == "view" and hit and hit[0]:
                     box.updated[id(out)] = out
-                elif role == "compute" and any(hit[:2]) and not all(hit[:2]):
+                elif role == "compute" and _mixes(hit):
                     box.after_matmuls += 1
                 elif role == "call" and any(hit) and "jaxpr" in params:
                     n, outs = _flow(params["jaxpr"].jaxpr, hit)

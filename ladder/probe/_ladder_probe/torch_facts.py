@@ -637,17 +637,19 @@ def _batch_hook(module, args, kwargs):
         return None
     try:
         torch = sys.modules["torch"]
+        # not a training forward (an evaluation, or no_grad in train mode): looked at only right after an optimizer
+        # step, for that step's batch given again (the loss of the updated weights, logged)
+        training = module.training and not core.clock.eval and torch.is_grad_enabled()
+        if not training and not batches.checking_after(core.clock.step):
+            return None
         Tensor = torch.Tensor
         values = args[:4] if isinstance(args, tuple) else ()
         if kwargs:
             values = (*values, *list(kwargs.values())[:4])
         data = [t for t in values if isinstance(t, Tensor) and t.numel() >= batches.MIN_SIZE]
-        if not module.training or core.clock.eval or not torch.is_grad_enabled():
-            # not a training forward (an evaluation, or no_grad in train mode): right after an optimizer step,
-            # whether it is given that step's batch again (the loss of the updated weights, logged)
-            if batches.checking_after(core.clock.step):
-                batches.note_after([batches.torch_part(t) if t.is_cpu else batches.copied_part(t) for t in data],
-                                   core.clock.step)
+        if not training:
+            batches.note_after([batches.torch_part(t) if t.is_cpu else batches.copied_part(t) for t in data],
+                               core.clock.step)
             return None
         step = core.clock.step + 1  # before the step's optimizer.step ticks the clock
         batches.note_shapes(data, "torch forward", step)
