@@ -213,6 +213,49 @@ def test_a_loss_logged_after_the_update_fails_the_loss_window(runs, torch_python
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("port", ["jax", pytest.param("xla", marks=pytest.mark.xla)])
+def test_a_test_split_standardised_with_its_own_statistics_fails_metric(request, runs, torch_python, port) -> None:
+    # round 22's regress/fault_jax_pipeline_split_stats (missed 2/2): each pipeline fits its normaliser on the split
+    # it reads, so the held-out split is standardised with its own mean and deviation, not the training split's.
+    # Training is the reference's; the metric moves within seed noise. The probe sums every feature of the training
+    # and the evaluation inputs, on both sides, and the check compares how the two relate
+    from ladder.checks.l1 import eval_relation, input_moments, metric
+
+    seeds = [runs(torch_python, "torch_train.py", "--seed", str(s), "--test-split", "train").model_copy(
+        update={"seed": s}) for s in range(3)]
+    base = _baseline(*seeds)
+    rel = eval_relation(seeds[0])
+    assert list(rel) == [8] and rel[8]["features"] == 8 and rel[8]["rows"] == [40 * 32, 2 * 4 * 32], rel
+    if port == "jax":
+        python, args = request.getfixturevalue("jax_python"), ["jax_train.py"]
+    else:
+        python, args = request.getfixturevalue("xla_python"), ["torch_train.py", "--device", "xla"]
+    good = runs(python, *args, "--test-split", "train")
+    bad = runs(python, *args, "--test-split", "own")
+    mg, mb = input_moments(good)["eval:8"], input_moments(bad)["eval:8"]
+    assert abs(mb["mean"]).max() < 1e-5 and abs(mg["mean"]).max() > 0.02, (mg, mb)  # the fault really happens
+    assert (input_moments(good)["train:8"]["mean"] == input_moments(bad)["train:8"]["mean"]).all()
+
+    def judged(run: RunRecord) -> CheckResult:
+        return metric(CheckContext(run=run.model_copy(update={"seed": 7}), protocol=load_protocol(), baseline=base))
+
+    c = judged(good)
+    assert "eval_inputs" not in (c.details or {}), c.evidence
+    c = judged(bad)
+    assert c.status == "failed" and c.evidence.startswith("the evaluation inputs relate to the training inputs "
+                                                          "otherwise than the reference's"), c.evidence
+    d = c.details["eval_inputs"]
+    assert d["seeds"] == 3 and d["distance"] > d["limit"] == 0.01, d
+    # an evaluation on the training rows themselves (the fixtures' default) is left out: no relation to judge
+    plain = runs(python, *args)
+    assert "eval:8" not in input_moments(plain) and eval_relation(plain) == {}
+    if port == "jax":  # raw splits standardised by a jitted function before training: not evaluation inputs
+        prepared = runs(python, *args, "--test-split", "train_jit")
+        assert [k for k in prepared.probe["batches"][0]["moments"] if k.startswith("eval")] == ["eval:8:jit(eval_batch)"]
+        assert "eval_inputs" not in (judged(prepared).details or {})
+
+
+@pytest.mark.slow
 def test_a_run_resumed_in_a_new_process_is_one_stream_of_batches(runs, torch_python) -> None:
     # round 22's relaunching ports: train.py runs the training as two processes in a row, the second resuming from
     # the first's checkpoint. Their inputs are one stream: a resume that restarts the data order trains on the first

@@ -13,6 +13,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
+
 from ladder.checks import CheckContext, not_checked, register
 from ladder.checks.compare import pairing, rel_diff, trend_test, window_mean
 from ladder.checks.results import CheckResult
@@ -92,7 +94,7 @@ def metric(ctx: CheckContext) -> CheckResult:
 
         res = _calibrated("metric", ctx, calibrated_metric(ctx.run, seeds_for(ctx), ctx.protocol), ctx.run.metric,
                           ev, details)
-        return _reported_evaluation(ctx, _same_seed_metric(ctx, res))
+        return _eval_inputs(ctx, _reported_evaluation(ctx, _same_seed_metric(ctx, res)))
     return CheckResult(level="L1", name="metric", status="passed" if fixed_ok else "failed", measured=round(d, 6),
                        threshold=tol, evidence=ev + " | the protocol's rule is the fixed rule", details=details)
 
@@ -237,6 +239,105 @@ def _logged_after_update(ctx: CheckContext, res: CheckResult) -> CheckResult:
     return res.model_copy(update={
         "status": "failed", "details": {**(res.details or {}), "after_update": {"run": mine, "baseline": theirs}},
         "evidence": f"{text} | {res.evidence}"})
+
+
+_POINTS = 65  # quantiles compared of each sorted per-feature vector
+
+
+def input_moments(run: RunRecord) -> dict[str, dict[str, Any]]:
+    """The run's input moments per role and width ("train:256", "eval:256"), pooled over its processes from the
+    probe's per-process count, mean and standard deviation of every feature. An evaluation place counts when its
+    function was called after at most half of its process's training steps (at least 4): an evaluation, not a
+    function called at every step (an augmentation outside the step)."""
+    pooled: dict[str, list] = {}
+    for b in (run.probe or {}).get("batches") or []:
+        for key, m in (b.get("moments") or {}).items():
+            role, width = key.split(":")[:2]
+            if role == "eval" and int(m.get("steps") or 0) > max(4, int(m.get("of") or 0) // 2):
+                continue
+            n, mean, sd = int(m.get("rows") or 0), np.asarray(m.get("mean") or []), np.asarray(m.get("sd") or [])
+            if n < 2 or mean.shape != sd.shape or not mean.size:
+                continue
+            key = f"{role}:{width}"
+            p = pooled.get(key)
+            if p is None:
+                pooled[key] = [n, mean * n, (sd * sd + mean * mean) * n]
+            elif p[1].shape == mean.shape:
+                p[0] += n
+                p[1] = p[1] + mean * n
+                p[2] = p[2] + (sd * sd + mean * mean) * n
+    out = {}
+    for key, (n, s1, s2) in pooled.items():
+        mean = s1 / n
+        out[key] = {"rows": n, "mean": mean, "sd": np.sqrt(np.clip(s2 / n - mean * mean, 0, None))}
+    return out
+
+
+def eval_relation(run: RunRecord) -> dict[int, dict[str, Any]]:
+    """How the run's evaluation inputs relate to its training inputs, per width seen in both roles: for every
+    feature that varies in training, its evaluation mean less its training mean in training standard deviations
+    (z) and the ratio of its evaluation and training deviations (r), each sorted and read at _POINTS quantiles.
+    The same for any map applied to both roles feature by feature (a scale, a shift, channels last): it moves when
+    the two roles are prepared differently (the test split standardised with its own statistics)."""
+    m = input_moments(run)
+    out: dict[int, dict[str, Any]] = {}
+    for key, train in m.items():
+        role, _, width = key.partition(":")
+        ev = m.get(f"eval:{width}")
+        if role != "train" or ev is None:
+            continue
+        sd = train["sd"]
+        keep = sd > 1e-6 * max(float(sd.max()), 1e-30)
+        if keep.sum() < 2:
+            continue
+        z = (ev["mean"][keep] - train["mean"][keep]) / sd[keep]
+        r = ev["sd"][keep] / sd[keep]
+        q = np.linspace(0, 1, _POINTS)
+        out[int(width)] = {"z": np.quantile(z, q), "r": np.quantile(r, q), "features": int(keep.sum()),
+                           "rows": [train["rows"], ev["rows"]]}
+    return out
+
+
+def _relation_distance(a: dict[str, Any], b: dict[str, Any]) -> float:
+    return float(np.sqrt(np.mean((a["z"] - b["z"]) ** 2 + (a["r"] - b["r"]) ** 2)))
+
+
+def _eval_inputs(ctx: CheckContext, res: CheckResult) -> CheckResult:
+    """A run whose evaluation inputs relate to its training inputs otherwise than every reference seed's do is
+    evaluated on inputs prepared another way (the test split standardised with its own statistics, or not at all):
+    its metric measures the model on shifted inputs, by an amount seed noise may hide. Judged per width seen in
+    both roles by the run and by at least two reference seeds: the run's distance to the nearest seed, against the
+    larger of eval_inputs_floor and eval_inputs_factor times the largest distance between two seeds."""
+    r = ctx.protocol.l1
+    mine = eval_relation(ctx.run)
+    if not mine:
+        return res
+    theirs = [eval_relation(x) for x in seeds_for(ctx).same]
+    for width, rel in sorted(mine.items()):
+        refs = [t[width] for t in theirs if width in t]
+        if len(refs) < 2:
+            continue
+        d = min(_relation_distance(rel, x) for x in refs)
+        noise = max(_relation_distance(a, b) for i, a in enumerate(refs) for b in refs[i + 1:])
+        limit = max(r.eval_inputs_floor, r.eval_inputs_factor * noise)
+        if d <= limit:
+            continue
+        near = min(refs, key=lambda x: _relation_distance(rel, x))
+        text = (f"the evaluation inputs relate to the training inputs otherwise than the reference's: per feature "
+                f"(width {width}, {rel['features']} features), the evaluation mean less the training mean in "
+                f"training deviations spans {rel['z'][0]:+.4f}..{rel['z'][-1]:+.4f} and the deviations' ratio "
+                f"{rel['r'][0]:.4f}..{rel['r'][-1]:.4f}, where the nearest reference seed's span "
+                f"{near['z'][0]:+.4f}..{near['z'][-1]:+.4f} and {near['r'][0]:.4f}..{near['r'][-1]:.4f}: distance "
+                f"{d:.4f}, limit {limit:.4f} (floor {r.eval_inputs_floor}, or {r.eval_inputs_factor:g} x the "
+                f"seeds' largest {noise:.4f}); the evaluation inputs are prepared another way than the training "
+                "inputs (another split's statistics, or none)")
+        return res.model_copy(update={
+            "status": "failed",
+            "details": {**(res.details or {}), "eval_inputs": {"width": width, "distance": round(d, 6),
+                                                              "limit": round(limit, 6), "seeds_noise": round(noise, 6),
+                                                              "seeds": len(refs)}},
+            "evidence": f"{text} | {res.evidence}"})
+    return res
 
 
 def logged_noise(run: RunRecord, min_points: int) -> float | None:

@@ -47,6 +47,8 @@ class L1Rules(_Section):
     noise_min_points: int = 30
     after_update_share: float = 0.5
     after_update_min_steps: int = 10
+    eval_inputs_floor: float = 0.01
+    eval_inputs_factor: float = 3.0
     same_seed_start_tol: float
     same_seed_max_drift: float
     same_seed_factor: float

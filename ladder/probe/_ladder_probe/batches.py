@@ -23,6 +23,11 @@ MAX_FPS = 3000  # fingerprints kept per process (the first ones: a short run is 
 MAX_SAMPLE = 1024  # elements hashed per input, strided over the whole input
 MIN_SIZE = 16  # inputs with fewer elements (a step number, a key, a learning rate) are not data
 _MAX_COPIES = 256  # device copies remembered with their host source's hash (the most recent)
+_HOST_COPIES = 8  # of those, the most recent remembered with their host source itself (for the inputs' moments)
+MOMENT_ELEMENTS = 1 << 22  # input elements summed per place (role, width, source): a short run's, bounded
+MOMENT_MAX_WIDTH = 4096  # inputs with more elements per item are not summed (the report keeps every feature)
+_MAX_MOMENT_KEYS = 8  # places per role
+_MAX_MOMENT_STEPS = 64  # distinct steps counted per evaluation place
 
 _s: dict = {}
 _lock = threading.Lock()
@@ -32,7 +37,9 @@ def reset() -> None:
     _s.clear()
     _s.update(fps=[], sources={}, unmeasured=0, copies=collections.OrderedDict(), chunked=0, replicated=0,
               first_replicated=None, devices=0, sizes={}, size_steps=0, size_step=None, size_notes=[], last={},
-              prev_input=None, after=[0, 0], pending=None, after_checks=0, in_step={})
+              prev_input=None, after=[0, 0], pending=None, after_checks=0, in_step={}, moments={},
+              moments_full={}, train_crcs=set(),
+              hosts=collections.OrderedDict())
 
 
 reset()
@@ -89,6 +96,22 @@ def torch_part(t) -> bytes | None:
     return _part(a, size, t.shape, t.dtype)
 
 
+def torch_host(t):
+    """A floating tensor's values as a numpy array without a copy: a CPU tensor read in place, a device tensor
+    through the host source the probe saw it copied from; None otherwise (a dtype numpy lacks, a value made on the
+    device)."""
+    if not t.is_cpu:
+        return copied_host(t)
+    if not t.is_floating_point() or t.element_size() < 2 or str(t.dtype) == "torch.bfloat16":
+        return None
+    to_numpy = _s.get("to_numpy")
+    if to_numpy is None:
+        import torch
+
+        to_numpy = _s["to_numpy"] = getattr(torch.Tensor.numpy, "__wrapped__", torch.Tensor.numpy)
+    return to_numpy(t.detach() if t.requires_grad else t)
+
+
 def remember_copy(dev_value, part: bytes | None) -> None:
     """A device value copied from host data whose hashed bytes are `part`: looked up when it is an input."""
     if part is None:
@@ -103,6 +126,30 @@ def remember_copy(dev_value, part: bytes | None) -> None:
         copies.move_to_end(id(dev_value))
         while len(copies) > _MAX_COPIES:
             copies.popitem(last=False)
+
+
+def remember_host(dev_value, host) -> None:
+    """A device value copied from the host array `host` (numpy): kept for the most recent copies only, while the
+    inputs' moments are still summed, so an input on the device is summed from its host source."""
+    if host is None or not wants_moments():
+        return
+    try:
+        ref = weakref.ref(dev_value)
+    except TypeError:
+        return
+    with _lock:
+        hosts = _s["hosts"]
+        hosts[id(dev_value)] = (ref, host)
+        hosts.move_to_end(id(dev_value))
+        while len(hosts) > _HOST_COPIES:
+            hosts.popitem(last=False)
+
+
+def copied_host(dev_value):
+    hit = _s["hosts"].get(id(dev_value))
+    if hit is None or hit[0]() is not dev_value:
+        return None
+    return hit[1]
 
 
 def copied_part(dev_value) -> bytes | None:
@@ -195,6 +242,88 @@ def note_in_step(rec: dict, matmuls: int) -> None:
     _s["in_step"][rec["name"]] = (rec, matmuls)
 
 
+# ---------------------------------------------------------------- the inputs' moments, per feature
+
+# How the evaluation inputs relate to the training inputs, feature by feature: a port that standardises its test
+# split with the test split's own statistics (a pipeline that fits its normaliser on the split it reads), or not at
+# all, or twice, evaluates on inputs shifted against the ones it trained on, by an amount the metric may hide in seed
+# noise. Per role (training, evaluation) and width (elements per item), the count, sum and sum of squares of every
+# feature, in float64 (ladder.checks.l1 relates the two roles and compares the relation with the reference's).
+
+
+def wants_moments(role: str | None = None) -> bool:
+    """Whether inputs of `role` (either, for None) may still be summed: until the role holds _MAX_MOMENT_KEYS
+    places, all of them full."""
+    return any(not _s["moments_full"].get(r) for r in ((role,) if role else ("train", "eval")))
+
+
+def note_moments(arrays: list, parts: list, role: str, source: str = "", step: int = 0) -> None:
+    """One input's host arrays (numpy; None where not in host memory) and their hashed parts, as the training step
+    (`role` "train") or a call that is not a training step ("eval", `source` naming the function, made while the
+    clock reads `step`) is given them. Floating arrays with items of 2 to MOMENT_MAX_WIDTH elements count, each place
+    (role, width, source) up to MOMENT_ELEMENTS elements. An evaluation array that is a training input again (a
+    metrics call on the training batch) does not count, nor one given before the first training step (data prepared
+    by a jitted function)."""
+    try:
+        if role == "eval" and step < 1:
+            return
+        moments, crcs = _s["moments"], _s["train_crcs"]
+        for a, part in zip(arrays, parts):
+            if a is None or getattr(a, "ndim", 0) < 2 or a.dtype.kind != "f" or not a.shape[0]:
+                continue
+            rows = int(a.shape[0])
+            width = int(a.size) // rows
+            if width < 2 or width > MOMENT_MAX_WIDTH:
+                continue
+            if part is not None:
+                crc = zlib.crc32(part)
+                if role == "eval" and crc in crcs:
+                    continue
+                if role == "train" and len(crcs) < MAX_FPS * 4:
+                    crcs.add(crc)
+            key = f"{role}:{width}" + (f":{source}" if source else "")
+            m = moments.get(key)
+            if m is None:
+                if sum(k.startswith(role) for k in moments) >= _MAX_MOMENT_KEYS:
+                    continue
+                import numpy as np
+
+                m = moments[key] = [0, np.zeros(width), np.zeros(width), set(), MOMENT_ELEMENTS]
+            if len(m[3]) <= _MAX_MOMENT_STEPS:
+                m[3].add(step)
+            if m[4] <= 0:
+                continue
+            x = a.reshape(rows, width)
+            if x.size > m[4]:
+                x = x[:max(1, m[4] // width)]
+            x = x.astype("float64")
+            m[0] += x.shape[0]
+            m[1] += x.sum(axis=0)
+            m[2] += (x * x).sum(axis=0)
+            m[4] -= x.size
+            if m[4] <= 0:
+                mine = [v for k, v in moments.items() if k.startswith(role)]
+                _s["moments_full"][role] = len(mine) >= _MAX_MOMENT_KEYS and all(v[4] <= 0 for v in mine)
+    except Exception as e:  # never into the program
+        core.record_error("input moments", e)
+
+
+def _moments_out() -> dict:
+    """Per place, the rows summed and every feature's mean and standard deviation; an evaluation place also the
+    number of training steps after which it was called (at most _MAX_MOMENT_STEPS + 1 are counted) and of the
+    process's training steps."""
+    out = {}
+    for key, (n, s1, s2, steps, _) in _s["moments"].items():
+        if n < 2:
+            continue
+        mean = s1 / n
+        sd = (s2 / n - mean * mean).clip(min=0) ** 0.5
+        out[key] = {"rows": n, "mean": [float(f"{v:.6g}") for v in mean], "sd": [float(f"{v:.6g}") for v in sd]}
+        if key.startswith("eval"):
+            out[key].update(steps=len(steps), of=core.clock.step)
+    return out
+
+
 def note_chunks(arrays: list, devices: int, step: int) -> None:
     """A training step's host data (numpy arrays) on a process with `devices` local devices: whether every array is
     `devices` equal chunks along its first axis, the slices a pmap or a batch-sharded jit hands each device. A real
@@ -273,7 +402,8 @@ def _flush_shapes() -> None:
 
 def snapshot() -> dict:
     _flush_shapes()
-    if not _s["fps"] and not _s["unmeasured"] and not _s["size_steps"] and not _s["in_step"]:
+    moments = _moments_out()
+    if not _s["fps"] and not _s["unmeasured"] and not _s["size_steps"] and not _s["in_step"] and not moments:
         return {}
     out = {"fps": list(_s["fps"]), "sources": dict(_s["sources"]), "unmeasured": _s["unmeasured"], "max_fps": MAX_FPS}
     if _s["size_steps"]:
@@ -283,6 +413,8 @@ def snapshot() -> dict:
     in_step = {name: {"matmuls": m, "calls": rec.get("calls", 0)} for name, (rec, m) in _s["in_step"].items()}
     if judged or in_step:
         out["after_update"] = {"judged": judged, "evaluated": evaluated, "in_step": in_step}
+    if moments:
+        out["moments"] = moments
     if _s["chunked"]:
         out["chunks"] = {"devices": _s["devices"], "inputs": _s["chunked"], "replicated": _s["replicated"],
                          "first": _s["first_replicated"]}

@@ -255,7 +255,7 @@ class Traced:
                     core.record_error("jax batch fingerprint", e)
             if not _is_step(rec):
                 try:
-                    _note_after(args, kwargs)
+                    _note_after(rec, args, kwargs)
                 except Exception as e:
                     core.record_error("jax batch after update", e)
                 b = rec["by_step"].get(core.clock.step)
@@ -338,6 +338,7 @@ def _note_data_dtypes(rec: dict, box: Box, args, kwargs) -> None:
         return
     ids = {id(x) for x in params}
     shapes = {tuple(getattr(x, "shape", ())) for x in params}
+    _s["param_shapes"] = _s.get("param_shapes", frozenset()) | {s for s in shapes if len(s) >= 2}
     seen = rec.setdefault("data_dtypes", {})
     where = []  # the data arguments' places: positions, then keywords (their values are fingerprinted per call)
     for place, arg in (*enumerate(args), *kwargs.items()):
@@ -369,12 +370,17 @@ def _note_batch(rec: dict, args, kwargs) -> None:
         data += [x for x in jax.tree_util.tree_leaves(arg)
                  if int(getattr(x, "size", 0) or 0) >= batches.MIN_SIZE and not _is_key(jax, x)]
     batches.note_shapes(data, rec["name"], core.clock.step)
-    if batches.full():
+    moments = batches.wants_moments("train")
+    if batches.full() and not moments:
         return
     devices = _s.get("local_devices")
     if devices is None:
         devices = _s["local_devices"] = int(jax.local_device_count())
-    parts, hosts = _host_parts(data, devices > 1)
+    parts, hosts = _host_parts(data, devices > 1 or moments)
+    if moments:
+        batches.note_moments(hosts, parts, "train")
+    if batches.full():
+        return
     batches.note(parts, "jax step", core.clock.step)  # ticked before the call
     if devices > 1 and hosts and all(h is not None for h in hosts):  # all in host memory: split as the devices get it
         batches.note_chunks(hosts, devices, core.clock.step)
@@ -387,6 +393,13 @@ def _host_parts(data: list, want_host: bool) -> tuple[list, list]:
         part, host = batches.copied_part(x), None
         if type(x).__module__.startswith("numpy"):
             host = x
+        elif part is not None and want_host:
+            host = batches.copied_host(x)
+            if host is None and all(getattr(d, "platform", "") == "cpu" for d in _devices(x)) and not x.is_deleted():
+                import numpy as np
+
+                with core.quiet():
+                    host = np.asarray(x)
         elif (part is None or want_host) and all(getattr(d, "platform", "") == "cpu" for d in _devices(x)) \
                 and not x.is_deleted():  # read only where the fingerprint or the device slices need it
             import numpy as np
@@ -400,15 +413,26 @@ def _host_parts(data: list, want_host: bool) -> tuple[list, list]:
     return parts, hosts
 
 
-def _note_after(args, kwargs) -> None:
-    """A host call of a function that is not a training step, right after a step: whether it is given that step's
-    batch again (batches.note_after), its values hashed as the step's are."""
-    if not batches.checking_after(core.clock.step):
+def _note_after(rec: dict, args, kwargs) -> None:
+    """A host call of a function that is not a training step: right after a step, whether it is given that step's
+    batch again (batches.note_after), its values hashed as the step's are; and its data as evaluation inputs
+    (batches.note_moments), leaving out values shaped as the training step's parameters."""
+    checking, moments = batches.checking_after(core.clock.step), batches.wants_moments("eval")
+    if not checking and not moments:
         return
     jax = sys.modules["jax"]
     data = [x for x in jax.tree_util.tree_leaves((args, kwargs))
             if int(getattr(x, "size", 0) or 0) >= batches.MIN_SIZE and not _is_key(jax, x)]
-    batches.note_after(_host_parts(data, False)[0], core.clock.step)
+    if checking:
+        batches.note_after(_host_parts(data, False)[0], core.clock.step)
+    if moments:
+        jnp, shapes = sys.modules["jax.numpy"], _s.get("param_shapes") or ()
+        data = [x for x in data if len(x.shape) >= 2 and tuple(x.shape) not in shapes
+                and 2 <= x.size // max(1, x.shape[0]) <= batches.MOMENT_MAX_WIDTH
+                and jnp.issubdtype(x.dtype, jnp.floating)]
+        if data:
+            parts, hosts = _host_parts(data, True)
+            batches.note_moments(hosts, parts, "eval", rec["name"], core.clock.step)
 
 
 def _devices(x) -> set:
@@ -1122,7 +1146,7 @@ def _wrap_device_put(jax) -> None:
 
     def device_put(x, *args, **kwargs):
         out = orig(x, *args, **kwargs)
-        if batches.full():
+        if batches.full() and not batches.wants_moments():
             return out
         try:
             src, dst = jax.tree_util.tree_leaves(x), jax.tree_util.tree_leaves(out)
@@ -1130,6 +1154,8 @@ def _wrap_device_put(jax) -> None:
                 for a, b in zip(src, dst):
                     if type(a).__module__.startswith("numpy") and b is not a:
                         batches.remember_copy(b, batches.numpy_part(a))
+                        if getattr(a, "ndim", 0) >= 2 and a.dtype.kind == "f":
+                            batches.remember_host(b, a)
         except Exception as e:  # never into the program
             core.record_error("jax transfer fingerprint", e)
         return out

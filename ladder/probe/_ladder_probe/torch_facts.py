@@ -243,10 +243,13 @@ def _wrap_host_copies(torch) -> None:
                         h2d[d] = h2d.get(d, 0) + 1
                 except Exception as e:  # never into the program
                     core.record_error("transfer dtype", e)
-            if not _IS_COMPILING[0]() and self.is_cpu and out is not self and not batches.full():
+            if not _IS_COMPILING[0]() and self.is_cpu and out is not self and (not batches.full()
+                                                                               or batches.wants_moments()):
                 try:
                     if out.device.type not in ("cpu", "meta"):
                         batches.remember_copy(out, batches.torch_part(self))  # its input fingerprint, from the host
+                        if self.is_floating_point() and self.dim() >= 2:
+                            batches.remember_host(out, batches.torch_host(self))
                 except Exception as e:  # never into the program
                     core.record_error("transfer fingerprint", e)
             return out
@@ -640,22 +643,28 @@ def _batch_hook(module, args, kwargs):
         # not a training forward (an evaluation, or no_grad in train mode): looked at only right after an optimizer
         # step, for that step's batch given again (the loss of the updated weights, logged)
         training = module.training and not core.clock.eval and torch.is_grad_enabled()
-        if not training and not batches.checking_after(core.clock.step):
+        checking = not training and batches.checking_after(core.clock.step)
+        if not training and not checking and not batches.wants_moments("eval"):
             return None
         Tensor = torch.Tensor
         values = args[:4] if isinstance(args, tuple) else ()
         if kwargs:
             values = (*values, *list(kwargs.values())[:4])
         data = [t for t in values if isinstance(t, Tensor) and t.numel() >= batches.MIN_SIZE]
+        parts = [batches.torch_part(t) if t.is_cpu else batches.copied_part(t) for t in data]
         if not training:
-            batches.note_after([batches.torch_part(t) if t.is_cpu else batches.copied_part(t) for t in data],
-                               core.clock.step)
+            if checking:
+                batches.note_after(parts, core.clock.step)
+            if batches.wants_moments("eval"):
+                batches.note_moments([batches.torch_host(t) for t in data], parts, "eval", "forward",
+                                     core.clock.step)
             return None
         step = core.clock.step + 1  # before the step's optimizer.step ticks the clock
         batches.note_shapes(data, "torch forward", step)
         if not batches.full():
-            batches.note([batches.torch_part(t) if t.is_cpu else batches.copied_part(t) for t in data],
-                         "torch forward", step)
+            batches.note(parts, "torch forward", step)
+        if batches.wants_moments("train"):
+            batches.note_moments([batches.torch_host(t) for t in data], parts, "train")
     except Exception as e:
         core.record_error("batch hook", e)
     return None

@@ -43,11 +43,13 @@ def _wrap_host_to_device(torch_xla) -> None:
 
     def _xla_tensors_from_aten(tensors, *args, **kwargs):
         out = orig(tensors, *args, **kwargs)
-        if batches.full():
+        if batches.full() and not batches.wants_moments():
             return out
         try:
             for src, dst in zip(tensors, out):
                 batches.remember_copy(dst, batches.torch_part(src))
+                if src.is_floating_point() and src.dim() >= 2:
+                    batches.remember_host(dst, batches.torch_host(src))
         except Exception as e:  # never into the program
             core.record_error("xla transfer fingerprint", e)
         return out
