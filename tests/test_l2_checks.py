@@ -249,6 +249,14 @@ def test_a_test_split_standardised_with_its_own_statistics_fails_metric(request,
     # an evaluation on the training rows themselves (the fixtures' default) is left out: no relation to judge
     plain = runs(python, *args)
     assert "eval:8" not in input_moments(plain) and eval_relation(plain) == {}
+    # a reference trained through a DataParallel wrapper and evaluating its `.module` (dpclass's DDP habit: the
+    # batch hook sits on the wrapper) gives the same relation, and the port is judged against it alike
+    wrapped = [runs(torch_python, "torch_train.py", "--seed", str(s), "--test-split", "train", "--data-parallel")
+               .model_copy(update={"seed": s}) for s in range(2)]
+    assert eval_relation(wrapped[0])[8]["rows"] == rel[8]["rows"], eval_relation(wrapped[0])
+    c = metric(CheckContext(run=bad.model_copy(update={"seed": 7}), protocol=load_protocol(),
+                            baseline=_baseline(*wrapped)))
+    assert c.status == "failed" and "eval_inputs" in c.details, c.evidence
     if port == "jax":  # raw splits standardised by a jitted function before training: not evaluation inputs
         prepared = runs(python, *args, "--test-split", "train_jit")
         assert [k for k in prepared.probe["batches"][0]["moments"] if k.startswith("eval")] == ["eval:8:jit(eval_batch)"]

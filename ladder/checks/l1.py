@@ -306,8 +306,10 @@ def _eval_inputs(ctx: CheckContext, res: CheckResult) -> CheckResult:
     """A run whose evaluation inputs relate to its training inputs otherwise than every reference seed's do is
     evaluated on inputs prepared another way (the test split standardised with its own statistics, or not at all):
     its metric measures the model on shifted inputs, by an amount seed noise may hide. Judged per width seen in
-    both roles by the run and by at least two reference seeds: the run's distance to the nearest seed, against the
-    larger of eval_inputs_floor and eval_inputs_factor times the largest distance between two seeds."""
+    both roles by the run and by at least two reference seeds, where the run's training inputs were summed over at
+    least half as many rows as every seed's (an input the probe saw only now and then, through a loader that copies
+    ahead, is a sample): the run's distance to the nearest seed, against the larger of eval_inputs_floor and
+    eval_inputs_factor times the largest distance between two seeds."""
     r = ctx.protocol.l1
     mine = eval_relation(ctx.run)
     if not mine:
@@ -315,8 +317,8 @@ def _eval_inputs(ctx: CheckContext, res: CheckResult) -> CheckResult:
     theirs = [eval_relation(x) for x in seeds_for(ctx).same]
     for width, rel in sorted(mine.items()):
         refs = [t[width] for t in theirs if width in t]
-        if len(refs) < 2:
-            continue
+        if len(refs) < 2 or rel["rows"][0] < 0.5 * min(x["rows"][0] for x in refs):
+            continue  # too few seeds, or the run's training inputs summed over a part of its steps only
         d = min(_relation_distance(rel, x) for x in refs)
         noise = max(_relation_distance(a, b) for i, a in enumerate(refs) for b in refs[i + 1:])
         limit = max(r.eval_inputs_floor, r.eval_inputs_factor * noise)

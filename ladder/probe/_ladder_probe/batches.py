@@ -23,7 +23,7 @@ MAX_FPS = 3000  # fingerprints kept per process (the first ones: a short run is 
 MAX_SAMPLE = 1024  # elements hashed per input, strided over the whole input
 MIN_SIZE = 16  # inputs with fewer elements (a step number, a key, a learning rate) are not data
 _MAX_COPIES = 256  # device copies remembered with their host source's hash (the most recent)
-_HOST_COPIES = 8  # of those, the most recent remembered with their host source itself (for the inputs' moments)
+_HOST_COPIES = 64  # of those, the most recent remembered with their host source's Sums (for the inputs' moments)
 MOMENT_ELEMENTS = 1 << 22  # input elements summed per place (role, width, source): a short run's, bounded
 MOMENT_MAX_WIDTH = 4096  # inputs with more elements per item are not summed (the report keeps every feature)
 _MAX_MOMENT_KEYS = 8  # places per role
@@ -38,7 +38,7 @@ def reset() -> None:
     _s.update(fps=[], sources={}, unmeasured=0, copies=collections.OrderedDict(), chunked=0, replicated=0,
               first_replicated=None, devices=0, sizes={}, size_steps=0, size_step=None, size_notes=[], last={},
               prev_input=None, after=[0, 0], pending=None, after_checks=0, in_step={}, moments={},
-              moments_full={}, train_crcs=set(),
+              moments_full={}, train_crcs=set(), last_eval=None,
               hosts=collections.OrderedDict())
 
 
@@ -97,11 +97,11 @@ def torch_part(t) -> bytes | None:
 
 
 def torch_host(t):
-    """A floating tensor's values as a numpy array without a copy: a CPU tensor read in place, a device tensor
-    through the host source the probe saw it copied from; None otherwise (a dtype numpy lacks, a value made on the
-    device)."""
+    """A floating tensor's values as a numpy array without a copy (a CPU tensor read in place), or a device tensor's
+    Sums taken from the host source the probe saw it copied from; None otherwise (a dtype numpy lacks, a value made
+    on the device)."""
     if not t.is_cpu:
-        return copied_host(t)
+        return copied_sums(t)
     if not t.is_floating_point() or t.element_size() < 2 or str(t.dtype) == "torch.bfloat16":
         return None
     to_numpy = _s.get("to_numpy")
@@ -128,24 +128,45 @@ def remember_copy(dev_value, part: bytes | None) -> None:
             copies.popitem(last=False)
 
 
+class Sums(tuple):
+    """An input's rows, width and per-feature sum and sum of squares (float64), taken when it was copied to a device."""
+
+
+def _sums(host):
+    """A host array's Sums, or None where its moments are not kept (not floating, fewer than 2 dimensions, items of
+    fewer than 2 or more than MOMENT_MAX_WIDTH elements)."""
+    if getattr(host, "ndim", 0) < 2 or host.dtype.kind != "f" or not host.shape[0]:
+        return None
+    rows = int(host.shape[0])
+    width = int(host.size) // rows
+    if not 2 <= width <= MOMENT_MAX_WIDTH:
+        return None
+    x = host.reshape(rows, width).astype("float64")
+    return Sums((rows, width, x.sum(axis=0), (x * x).sum(axis=0)))
+
+
 def remember_host(dev_value, host) -> None:
-    """A device value copied from the host array `host` (numpy): kept for the most recent copies only, while the
-    inputs' moments are still summed, so an input on the device is summed from its host source."""
+    """A device value copied from the host array `host` (numpy): its Sums kept, for the most recent copies, while
+    the inputs' moments are still summed, so an input on the device is summed from its host source. Taken at the
+    copy (a loader copies ahead of the step, in its own thread), not read back from the device."""
     if host is None or not wants_moments():
         return
     try:
         ref = weakref.ref(dev_value)
     except TypeError:
         return
+    sums = _sums(host)
+    if sums is None:
+        return
     with _lock:
         hosts = _s["hosts"]
-        hosts[id(dev_value)] = (ref, host)
+        hosts[id(dev_value)] = (ref, sums)
         hosts.move_to_end(id(dev_value))
         while len(hosts) > _HOST_COPIES:
             hosts.popitem(last=False)
 
 
-def copied_host(dev_value):
+def copied_sums(dev_value) -> Sums | None:
     hit = _s["hosts"].get(id(dev_value))
     if hit is None or hit[0]() is not dev_value:
         return None
@@ -258,23 +279,35 @@ def wants_moments(role: str | None = None) -> bool:
 
 
 def note_moments(arrays: list, parts: list, role: str, source: str = "", step: int = 0) -> None:
-    """One input's host arrays (numpy; None where not in host memory) and their hashed parts, as the training step
-    (`role` "train") or a call that is not a training step ("eval", `source` naming the function, made while the
-    clock reads `step`) is given them. Floating arrays with items of 2 to MOMENT_MAX_WIDTH elements count, each place
-    (role, width, source) up to MOMENT_ELEMENTS elements. An evaluation array that is a training input again (a
-    metrics call on the training batch) does not count, nor one given before the first training step (data prepared
-    by a jitted function)."""
+    """One input's host arrays (numpy, or the Sums of a device copy; None where neither) and their hashed parts, as
+    the training step (`role` "train") or a call that is not a training step ("eval", `source` naming the function,
+    made while the clock reads `step`) is given them. Floating arrays with items of 2 to MOMENT_MAX_WIDTH elements
+    count, each place (role, width, source) up to MOMENT_ELEMENTS elements. An evaluation array that is a training
+    input again (a metrics call on the training batch) does not count, nor one given before the first training step
+    (data prepared by a jitted function)."""
     try:
         if role == "eval" and step < 1:
             return
+        if role == "eval":  # the same input given twice in a row (a wrapper's forward, then its module's): once
+            crc = 0
+            for p in parts:
+                crc = zlib.crc32(p or b"", crc)
+            if crc == _s["last_eval"] and any(parts):
+                return
+            _s["last_eval"] = crc
         moments, crcs = _s["moments"], _s["train_crcs"]
         for a, part in zip(arrays, parts):
-            if a is None or getattr(a, "ndim", 0) < 2 or a.dtype.kind != "f" or not a.shape[0]:
+            if a is None:
                 continue
-            rows = int(a.shape[0])
-            width = int(a.size) // rows
-            if width < 2 or width > MOMENT_MAX_WIDTH:
+            if isinstance(a, Sums):
+                rows, width = a[0], a[1]
+            elif getattr(a, "ndim", 0) < 2 or a.dtype.kind != "f" or not a.shape[0]:
                 continue
+            else:
+                rows = int(a.shape[0])
+                width = int(a.size) // rows
+                if width < 2 or width > MOMENT_MAX_WIDTH:
+                    continue
             if part is not None:
                 crc = zlib.crc32(part)
                 if role == "eval" and crc in crcs:
@@ -293,14 +326,18 @@ def note_moments(arrays: list, parts: list, role: str, source: str = "", step: i
                 m[3].add(step)
             if m[4] <= 0:
                 continue
-            x = a.reshape(rows, width)
-            if x.size > m[4]:
-                x = x[:max(1, m[4] // width)]
-            x = x.astype("float64")
-            m[0] += x.shape[0]
-            m[1] += x.sum(axis=0)
-            m[2] += (x * x).sum(axis=0)
-            m[4] -= x.size
+            if isinstance(a, Sums):
+                n, s1, s2 = a[0], a[2], a[3]
+            else:
+                x = a.reshape(rows, width)
+                if x.size > m[4]:
+                    x = x[:max(1, m[4] // width)]
+                x = x.astype("float64")
+                n, s1, s2 = x.shape[0], x.sum(axis=0), (x * x).sum(axis=0)
+            m[0] += n
+            m[1] += s1
+            m[2] += s2
+            m[4] -= n * width
             if m[4] <= 0:
                 mine = [v for k, v in moments.items() if k.startswith(role)]
                 _s["moments_full"][role] = len(mine) >= _MAX_MOMENT_KEYS and all(v[4] <= 0 for v in mine)

@@ -378,7 +378,7 @@ def _note_batch(rec: dict, args, kwargs) -> None:
         devices = _s["local_devices"] = int(jax.local_device_count())
     parts, hosts = _host_parts(data, devices > 1 or moments)
     if moments:
-        batches.note_moments(hosts, parts, "train")
+        batches.note_moments(_summed(data, hosts), parts, "train")
     if batches.full():
         return
     batches.note(parts, "jax step", core.clock.step)  # ticked before the call
@@ -393,13 +393,6 @@ def _host_parts(data: list, want_host: bool) -> tuple[list, list]:
         part, host = batches.copied_part(x), None
         if type(x).__module__.startswith("numpy"):
             host = x
-        elif part is not None and want_host:
-            host = batches.copied_host(x)
-            if host is None and all(getattr(d, "platform", "") == "cpu" for d in _devices(x)) and not x.is_deleted():
-                import numpy as np
-
-                with core.quiet():
-                    host = np.asarray(x)
         elif (part is None or want_host) and all(getattr(d, "platform", "") == "cpu" for d in _devices(x)) \
                 and not x.is_deleted():  # read only where the fingerprint or the device slices need it
             import numpy as np
@@ -411,6 +404,12 @@ def _host_parts(data: list, want_host: bool) -> tuple[list, list]:
         parts.append(part)
         hosts.append(host)
     return parts, hosts
+
+
+def _summed(data: list, hosts: list) -> list:
+    """What batches.note_moments sums of each value: its host array, or the sums taken when it was copied to the
+    device from the host (an accelerator's value is not read back)."""
+    return [h if h is not None else batches.copied_sums(x) for x, h in zip(data, hosts)]
 
 
 def _note_after(rec: dict, args, kwargs) -> None:
@@ -432,7 +431,7 @@ def _note_after(rec: dict, args, kwargs) -> None:
                 and jnp.issubdtype(x.dtype, jnp.floating)]
         if data:
             parts, hosts = _host_parts(data, True)
-            batches.note_moments(hosts, parts, "eval", rec["name"], core.clock.step)
+            batches.note_moments(_summed(data, hosts), parts, "eval", rec["name"], core.clock.step)
 
 
 def _devices(x) -> set:

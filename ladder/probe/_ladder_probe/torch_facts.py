@@ -627,12 +627,42 @@ def _watch_batches(module) -> None:
     """Fingerprint the inputs of the model's training forward calls (batches.py), with a hook on that module alone:
     every other module keeps its fast path. Moves to a new model when the root changes."""
     try:
-        old = _s.get("batch_hook")
-        if old is not None:
-            old.remove()
+        for key in ("batch_hook", "inner_batch_hook"):
+            old = _s.pop(key, None)
+            if old is not None:
+                old.remove()
         _s["batch_hook"] = module.register_forward_pre_hook(_batch_hook, with_kwargs=True)
+        inner = getattr(module, "module", None)  # DDP's or DataParallel's model, evaluated as `model.module`
+        if type(module).__name__ in ("DistributedDataParallel", "DataParallel") \
+                and isinstance(inner, sys.modules["torch"].nn.Module) and inner is not module:
+            _s["inner_batch_hook"] = inner.register_forward_pre_hook(_inner_batch_hook, with_kwargs=True)
     except Exception as e:
         core.record_error("batch hook", e)
+
+
+def _inner_batch_hook(module, args, kwargs):
+    """The wrapped model's forward outside training (a DDP reference evaluating `model.module`): its inputs as
+    evaluation inputs (batches.note_moments; the wrapper's own call, seen first, is not counted twice)."""
+    if _IS_COMPILING[0]() or core.clock.in_step or not batches.wants_moments("eval"):
+        return None
+    try:
+        torch = sys.modules["torch"]
+        if module.training and not core.clock.eval and torch.is_grad_enabled():
+            return None
+        data = _data_values(torch, args, kwargs)
+        parts = [batches.torch_part(t) if t.is_cpu else batches.copied_part(t) for t in data]
+        batches.note_moments([batches.torch_host(t) for t in data], parts, "eval", "forward", core.clock.step)
+    except Exception as e:
+        core.record_error("batch hook", e)
+    return None
+
+
+def _data_values(torch, args, kwargs) -> list:
+    """A forward call's tensors of at least batches.MIN_SIZE elements: its first 4 positional and 4 keyword values."""
+    values = args[:4] if isinstance(args, tuple) else ()
+    if kwargs:
+        values = (*values, *list(kwargs.values())[:4])
+    return [t for t in values if isinstance(t, torch.Tensor) and t.numel() >= batches.MIN_SIZE]
 
 
 def _batch_hook(module, args, kwargs):
@@ -646,11 +676,7 @@ def _batch_hook(module, args, kwargs):
         checking = not training and batches.checking_after(core.clock.step)
         if not training and not checking and not batches.wants_moments("eval"):
             return None
-        Tensor = torch.Tensor
-        values = args[:4] if isinstance(args, tuple) else ()
-        if kwargs:
-            values = (*values, *list(kwargs.values())[:4])
-        data = [t for t in values if isinstance(t, Tensor) and t.numel() >= batches.MIN_SIZE]
+        data = _data_values(torch, args, kwargs)
         parts = [batches.torch_part(t) if t.is_cpu else batches.copied_part(t) for t in data]
         if not training:
             if checking:
