@@ -1,0 +1,1 @@
+../benign_ln_eps/parity_adapter.py

@@ -1,0 +1,1 @@
+../jax_nnx/parity_adapter.py

@@ -1,0 +1,1 @@
+../jax_adam_betas/parity_adapter.py

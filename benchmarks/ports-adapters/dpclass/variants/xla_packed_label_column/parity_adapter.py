@@ -1,0 +1,1 @@
+../xla_dropout_in_eval/parity_adapter.py

@@ -1,0 +1,1 @@
+../benign_jax_standardize_in_step/parity_adapter.py

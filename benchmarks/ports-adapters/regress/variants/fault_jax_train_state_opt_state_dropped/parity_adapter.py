@@ -1,0 +1,1 @@
+../jax_train_state/parity_adapter.py

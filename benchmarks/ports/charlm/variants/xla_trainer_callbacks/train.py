@@ -1,0 +1,231 @@
+"""Train a tiny character-level GPT on the synthetic grammar corpus (PyTorch/XLA port, Trainer layout).
+
+Layout: the loop lives in a small Trainer (fit over epochs of --eval-every steps, the last one
+cut short at --steps) that calls Lightning-style callbacks, on_train_batch_start(trainer,
+batch_idx) / on_train_batch_end(trainer, batch_idx) / on_train_epoch_end(trainer), in the order
+they are registered, and keeps what they report in trainer.metrics. The schedule, the step log
+and the evaluation are callbacks: LearningRateSchedule sets get_lr(trainer.global_step) in every
+param group before each update, StepLogger prints the step's loss (.item()) after it, and
+PeriodicEvaluation evaluates at the end of every epoch, i.e. every --eval-every steps and after
+the last step, as the original's loop does.
+
+Port notes: the model, every batch and the optimiser state live on the XLA device
+(torch_xla.device()); torch_xla.sync() cuts and runs the graph once per training step
+and once per evaluation batch. Shapes are fixed (every batch is BATCH_SIZE x BLOCK_SIZE,
+every evaluation batch EVAL_BATCH x BLOCK_SIZE), so each graph compiles once; the
+learning rate set in the param groups is a Python float, which torch_xla passes to the
+graph as data, not as a constant. The loss is read to the host with .item() every step
+for the log line, as in the original. Run with PJRT_DEVICE=CPU (or TPU / CUDA).
+
+Habits kept from nanoGPT-like repos:
+  - batches are random windows whose offsets come from numpy's global RNG, seeded from --seed;
+  - the training loss is read back with .item() and printed EVERY step;
+  - AdamW with two parameter groups (weight decay on every 2-D weight, embeddings included;
+    none on biases and LayerNorm), betas (0.9, 0.95), gradient clipping at global norm 0.5;
+  - the learning rate is set by hand in each param group every step: linear warmup over the
+    first 10% of the steps, then cosine decay to a tenth of the peak;
+  - a periodic evaluation over a fixed number of batches of the held-out split, and a final one.
+
+Evaluation windows are fixed (evenly spaced offsets into the validation text), so every
+evaluation sees the same EVAL_ITERS x EVAL_BATCH sequences.
+
+Output (one line each, flushed):
+  step {i} loss {loss}                        every step (i counts from 1, after the update)
+  eval step {i} items {n} loss {loss}         every --eval-every steps and after the last step
+  metric val_loss={loss}                      once, at the end (the last evaluation)
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+import numpy as np
+import torch
+import torch_xla
+
+from data import make_dataset
+from model import GPT, GPTConfig
+
+BLOCK_SIZE = 32
+BATCH_SIZE = 16
+EVAL_BATCH = 32
+EVAL_ITERS = 8
+WEIGHT_DECAY = 0.1
+BETAS = (0.9, 0.95)
+EPS = 1e-8
+GRAD_CLIP = 0.5
+WARMUP_FRACTION = 0.1
+MIN_LR_RATIO = 0.1
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--seed", type=int, default=1337)
+    p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--eval-every", type=int, default=100)
+    p.add_argument("--lr", type=float, default=2e-3)
+    p.add_argument("--device", default="xla", help="'xla' (torch_xla.device()) or a torch device")
+    return p.parse_args(argv)
+
+
+def get_lr(it: int, total: int, peak: float) -> float:
+    """nanoGPT's schedule for update `it` (from 0): linear warmup, then cosine decay to MIN_LR_RATIO * peak."""
+    warmup = max(1, int(WARMUP_FRACTION * total))
+    min_lr = MIN_LR_RATIO * peak
+    if it < warmup:
+        return peak * (it + 1) / (warmup + 1)
+    ratio = (it - warmup) / max(1, total - warmup)
+    coeff = 0.5 * (1.0 + math.cos(math.pi * ratio))
+    return min_lr + coeff * (peak - min_lr)
+
+
+def get_batch(data: np.ndarray, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Random windows: offsets from numpy's global RNG (seeded in main)."""
+    ix = np.random.randint(0, len(data) - BLOCK_SIZE, size=batch_size)
+    x = np.stack([data[i : i + BLOCK_SIZE] for i in ix])
+    y = np.stack([data[i + 1 : i + 1 + BLOCK_SIZE] for i in ix])
+    return x, y
+
+
+def eval_offsets(data: np.ndarray) -> np.ndarray:
+    """EVAL_ITERS * EVAL_BATCH evenly spaced window offsets into the validation text."""
+    return np.linspace(0, len(data) - BLOCK_SIZE - 1, EVAL_ITERS * EVAL_BATCH).astype(np.int64)
+
+
+@torch.no_grad()
+def evaluate(model: GPT, data: np.ndarray, offsets: np.ndarray, device: torch.device) -> tuple[int, float]:
+    """Mean token cross-entropy over the fixed evaluation windows (EVAL_ITERS batches of EVAL_BATCH)."""
+    model.eval()
+    losses = []
+    for k in range(EVAL_ITERS):
+        ix = offsets[k * EVAL_BATCH : (k + 1) * EVAL_BATCH]
+        x = torch.from_numpy(np.stack([data[i : i + BLOCK_SIZE] for i in ix])).to(device)
+        y = torch.from_numpy(np.stack([data[i + 1 : i + 1 + BLOCK_SIZE] for i in ix])).to(device)
+        _, loss = model(x, y)
+        losses.append(loss)
+        torch_xla.sync()
+    model.train()
+    return EVAL_ITERS * EVAL_BATCH, torch.stack(losses).mean().item()
+
+
+class Callback:
+    """Hooks a Trainer calls; every default does nothing."""
+
+    def on_train_start(self, trainer: "Trainer") -> None:
+        pass
+
+    def on_train_batch_start(self, trainer: "Trainer", batch_idx: int) -> None:
+        pass
+
+    def on_train_batch_end(self, trainer: "Trainer", batch_idx: int) -> None:
+        pass
+
+    def on_train_epoch_end(self, trainer: "Trainer") -> None:
+        pass
+
+    def on_train_end(self, trainer: "Trainer") -> None:
+        pass
+
+
+class Trainer:
+    """A minimal fit loop on the XLA device: epochs of `steps_per_epoch` updates, callbacks around each."""
+
+    def __init__(self, model: GPT, optimizer: torch.optim.Optimizer, device: torch.device, max_steps: int,
+                 steps_per_epoch: int, callbacks: list[Callback]) -> None:
+        self.model = model
+        self.optimizer = optimizer
+        self.device = device
+        self.max_steps = max_steps
+        self.steps_per_epoch = steps_per_epoch
+        self.callbacks = callbacks
+        self.global_step = 0  # optimizer updates done so far
+        self.current_epoch = 0
+        self.metrics: dict[str, object] = {}
+
+    def _call(self, hook: str, *args: object) -> None:
+        for cb in self.callbacks:
+            getattr(cb, hook)(self, *args)
+
+    def training_step(self, xb: np.ndarray, yb: np.ndarray) -> torch.Tensor:
+        x, y = torch.from_numpy(xb).to(self.device), torch.from_numpy(yb).to(self.device)
+        _, loss = self.model(x, y)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), GRAD_CLIP)
+        self.optimizer.step()
+        torch_xla.sync()
+        return loss
+
+    def fit(self, train_data: np.ndarray) -> None:
+        self.model.train()
+        self._call("on_train_start")
+        while self.global_step < self.max_steps:
+            n_batches = min(self.steps_per_epoch, self.max_steps - self.global_step)
+            for batch_idx in range(n_batches):
+                self._call("on_train_batch_start", batch_idx)
+                xb, yb = get_batch(train_data, BATCH_SIZE)
+                loss = self.training_step(xb, yb)
+                self.global_step += 1
+                self.metrics["train/loss"] = loss
+                self._call("on_train_batch_end", batch_idx)
+            self._call("on_train_epoch_end")
+            self.current_epoch += 1
+        self._call("on_train_end")
+
+
+class LearningRateSchedule(Callback):
+    """nanoGPT's warmup + cosine, set by hand in every param group before each update."""
+
+    def __init__(self, peak: float) -> None:
+        self.peak = peak
+
+    def on_train_batch_start(self, trainer: Trainer, batch_idx: int) -> None:
+        lr = get_lr(trainer.global_step, trainer.max_steps, self.peak)
+        for group in trainer.optimizer.param_groups:
+            group["lr"] = lr
+        trainer.metrics["lr"] = lr
+
+
+class StepLogger(Callback):
+    def on_train_batch_end(self, trainer: Trainer, batch_idx: int) -> None:
+        loss = trainer.metrics["train/loss"]
+        print(f"step {trainer.global_step} loss {loss.item():.6f}", flush=True)
+
+
+class PeriodicEvaluation(Callback):
+    """Evaluates on the fixed validation windows at the end of every epoch (and so after the last step)."""
+
+    def __init__(self, data: np.ndarray, offsets: np.ndarray) -> None:
+        self.data = data
+        self.offsets = offsets
+
+    def on_train_epoch_end(self, trainer: Trainer) -> None:
+        n, val_loss = evaluate(trainer.model, self.data, self.offsets, trainer.device)
+        trainer.metrics["val/loss"] = val_loss
+        print(f"eval step {trainer.global_step} items {n} loss {val_loss:.6f}", flush=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    np.random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    device = torch_xla.device() if args.device == "xla" else torch.device(args.device)
+
+    train_data, val_data, vocab = make_dataset()
+    offsets = eval_offsets(val_data)
+    cfg = GPTConfig(vocab_size=len(vocab), block_size=BLOCK_SIZE)
+    model = GPT(cfg).to(device)
+    optimizer = model.configure_optimizers(WEIGHT_DECAY, args.lr, BETAS, EPS)
+
+    callbacks: list[Callback] = [LearningRateSchedule(args.lr), StepLogger(), PeriodicEvaluation(val_data, offsets)]
+    trainer = Trainer(model, optimizer, device, max_steps=args.steps, steps_per_epoch=args.eval_every,
+                      callbacks=callbacks)
+    trainer.fit(train_data)
+
+    val_loss = trainer.metrics.get("val/loss", float("nan"))
+    print(f"metric val_loss={val_loss:.6f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
