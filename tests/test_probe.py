@@ -165,6 +165,32 @@ def test_batch_fingerprints_read_host_tensors_of_any_dtype_without_counting_a_re
     assert "reads 0" in p.stdout, p.stdout
 
 
+def test_input_moments_are_exact_for_data_far_from_zero(tmp_path) -> None:
+    # the evaluation-inputs relation compares each feature's mean in its deviations: raw features near 1000 with
+    # deviations 1 to 8 must keep their means and deviations to well under 1e-4 of a deviation, whichever road the
+    # rows come by (float32 batches summed in float32 about a shift, a device copy's float64 sums, a float64 batch)
+    code = textwrap.dedent("""
+        import numpy as np
+        from _ladder_probe import batches
+        rng = np.random.default_rng(0)
+        data = (rng.standard_normal((3000, 8)) * np.arange(1, 9) + 1000).astype(np.float32)
+        batches.note_moments([data[:100]], [None], "train")
+        batches.note_moments([batches._sums(data[100:1100])], [None], "train")
+        batches.note_moments([data[1100:].astype(np.float64)], [None], "train")
+        batches.note_moments([data[:64]], [None], "eval", "f", 0)  # before the first training step: left out
+        out = batches._moments_out()
+        d = data.astype(np.float64)
+        m = out["train:8"]
+        print(sorted(out), m["rows"], np.max(np.abs(np.array(m["mean"]) - d.mean(0)) / d.std(0)),
+              np.max(np.abs(np.array(m["sd"]) / d.std(0) - 1)))
+    """)
+    p = _run(sys.executable, code, tmp_path)
+    assert p.returncode == 0, p.stderr
+    keys, rows, mean_err, sd_err = p.stdout.rsplit("]", 1)[0] + "]", *p.stdout.rsplit("]", 1)[1].split()
+    assert keys == "['train:8']" and rows == "3000", p.stdout
+    assert float(mean_err) < 1e-4 and float(sd_err) < 1e-4, p.stdout
+
+
 @pytest.mark.slow
 def test_probe_errors_are_recorded_not_raised(tmp_path) -> None:
     # a bad option makes the probe fail when torch loads; training must not notice

@@ -321,23 +321,12 @@ def note_moments(arrays: list, parts: list, role: str, source: str = "", step: i
                     continue
                 import numpy as np
 
-                m = moments[key] = [0, np.zeros(width), np.zeros(width), set(), MOMENT_ELEMENTS]
+                m = moments[key] = [0, np.zeros(width), np.zeros(width), set(), MOMENT_ELEMENTS, None, None]
             if len(m[3]) <= _MAX_MOMENT_STEPS:
                 m[3].add(step)
             if m[4] <= 0:
                 continue
-            if isinstance(a, Sums):
-                n, s1, s2 = a[0], a[2], a[3]
-            else:
-                x = a.reshape(rows, width)
-                if x.size > m[4]:
-                    x = x[:max(1, m[4] // width)]
-                x = x.astype("float64")
-                n, s1, s2 = x.shape[0], x.sum(axis=0), (x * x).sum(axis=0)
-            m[0] += n
-            m[1] += s1
-            m[2] += s2
-            m[4] -= n * width
+            _add(m, a, rows, width)
             if m[4] <= 0:
                 mine = [v for k, v in moments.items() if k.startswith(role)]
                 _s["moments_full"][role] = len(mine) >= _MAX_MOMENT_KEYS and all(v[4] <= 0 for v in mine)
@@ -345,17 +334,50 @@ def note_moments(arrays: list, parts: list, role: str, source: str = "", step: i
         core.record_error("input moments", e)
 
 
+def _add(m: list, a, rows: int, width: int) -> None:
+    """Adds an input to a place's sums, taken about a shift (the place's first row) so that the squares do not cancel
+    for data far from zero: in float32 for a float32 batch of at most 1024 rows (two einsums, a third of the float64
+    path's time), in float64 otherwise; a device copy's Sums (float64, unshifted) moved onto the shift."""
+    import numpy as np
+
+    if isinstance(a, Sums):
+        if m[5] is None:
+            m[5] = a[2] / a[0]
+        n, c = a[0], m[5]
+        s1, s2 = a[2] - n * c, a[3] - 2 * c * a[2] + n * c * c
+    else:
+        x = a.reshape(rows, width)
+        if x.size > m[4]:
+            x = x[:max(1, m[4] // width)]
+        if m[5] is None:
+            m[5] = x[0].astype("float64")
+        n = x.shape[0]
+        if x.dtype == np.float32 and n <= 1024:
+            if m[6] is None:
+                m[6] = m[5].astype(np.float32)
+            d = x - m[6]
+            s1, s2 = np.einsum("ij->j", d), np.einsum("ij,ij->j", d, d)
+        else:
+            d = x.astype("float64") - m[5]
+            s1, s2 = d.sum(axis=0), (d * d).sum(axis=0)
+    m[0] += n
+    m[1] += s1
+    m[2] += s2
+    m[4] -= n * width
+
+
 def _moments_out() -> dict:
     """Per place, the rows summed and every feature's mean and standard deviation; an evaluation place also the
     number of training steps after which it was called (at most _MAX_MOMENT_STEPS + 1 are counted) and of the
     process's training steps."""
     out = {}
-    for key, (n, s1, s2, steps, _) in _s["moments"].items():
+    for key, (n, s1, s2, steps, _, shift, _) in _s["moments"].items():
         if n < 2:
             continue
-        mean = s1 / n
-        sd = (s2 / n - mean * mean).clip(min=0) ** 0.5
-        out[key] = {"rows": n, "mean": [float(f"{v:.6g}") for v in mean], "sd": [float(f"{v:.6g}") for v in sd]}
+        off = s1 / n
+        mean = shift + off
+        sd = (s2 / n - off * off).clip(min=0) ** 0.5
+        out[key] = {"rows": n, "mean": [float(f"{v:.9g}") for v in mean], "sd": [float(f"{v:.6g}") for v in sd]}
         if key.startswith("eval"):
             out[key].update(steps=len(steps), of=core.clock.step)
     return out
