@@ -53,7 +53,7 @@ def _end_to_end(tmp_path: Path, example: str, pythons: dict[str, str], init_args
     assert run["exit_code"] == 0, run
     result = cli_json("check", run["run_dir"], cwd=ws)
     status = {f"{c['level']}/{c['name']}": c["status"] for c in result["checks"]}
-    assert result["achieved_level"] == "L2", status
+    assert result["achieved_level"] == "L2", (status, [c["evidence"][:1500] for c in result["checks"] if c["status"] == "failed"])
     assert all(status[k] == "passed" for k in ("L1/loss_window", "L1/metric", "L1/trend", "L2/recompilation",
                                                 "L2/optimizer_unchanged", "L2/evaluation_complete")), status
 

@@ -23,7 +23,7 @@ MAX_FPS = 3000  # fingerprints kept per process (the first ones: a short run is 
 MAX_SAMPLE = 1024  # elements hashed per input, strided over the whole input
 MIN_SIZE = 16  # inputs with fewer elements (a step number, a key, a learning rate) are not data
 _MAX_COPIES = 256  # device copies remembered with their host source's hash (the most recent)
-_HOST_COPIES = 64  # of those, the most recent remembered with their host source's Sums (for the inputs' moments)
+_HOST_COPIES = 4096  # device copies remembered with their host source's Sums while they live (the inputs' moments)
 MOMENT_ELEMENTS = 1 << 22  # input elements summed per place (role, width, source): a short run's, bounded
 MOMENT_MAX_WIDTH = 4096  # inputs with more elements per item are not summed (the report keeps every feature)
 _MAX_MOMENT_KEYS = 8  # places per role
@@ -146,17 +146,29 @@ def _sums(host):
 
 
 def remember_host(dev_value, host) -> None:
-    """A device value copied from the host array `host` (numpy): its Sums kept, for the most recent copies, while
-    the inputs' moments are still summed, so an input on the device is summed from its host source. Taken at the
-    copy (a loader copies ahead of the step, in its own thread), not read back from the device."""
+    """A device value copied from the host array `host` (numpy): its Sums kept while the value lives (a split put
+    on the device once and evaluated every epoch keeps them; a batch's go when it is freed), at most _HOST_COPIES of
+    them, while the inputs' moments are still summed, so an input on the device is summed from its host source.
+    Taken at the copy (a loader copies ahead of the step, in its own thread), not read back from the device."""
     if host is None or not wants_moments():
-        return
-    try:
-        ref = weakref.ref(dev_value)
-    except TypeError:
         return
     sums = _sums(host)
     if sums is None:
+        return
+    key = id(dev_value)
+    hosts = _s["hosts"]
+
+    def forget(ref, key=key):  # the value was freed: no lock here, a collection may run inside the locked block
+        try:
+            hit = hosts.get(key)
+            if hit is not None and hit[0] is ref:
+                hosts.pop(key, None)
+        except Exception:  # never into the program
+            pass
+
+    try:
+        ref = weakref.ref(dev_value, forget)
+    except TypeError:
         return
     with _lock:
         hosts = _s["hosts"]
@@ -288,13 +300,13 @@ def note_moments(arrays: list, parts: list, role: str, source: str = "", step: i
     try:
         if role == "eval" and step < 1:
             return
-        if role == "eval":  # the same input given twice in a row (a wrapper's forward, then its module's): once
-            crc = 0
+        if role == "eval":  # the same input twice in a row at one step (a wrapper's forward, then its module's):
+            crc = step  # once; the same split evaluated again at a later step counts again
             for p in parts:
                 crc = zlib.crc32(p or b"", crc)
-            if crc == _s["last_eval"] and any(parts):
+            if (crc, step) == _s["last_eval"] and any(parts):
                 return
-            _s["last_eval"] = crc
+            _s["last_eval"] = (crc, step)
         moments, crcs = _s["moments"], _s["train_crcs"]
         for a, part in zip(arrays, parts):
             if a is None:
