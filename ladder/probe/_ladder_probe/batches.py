@@ -120,12 +120,16 @@ def remember_copy(dev_value, part: bytes | None) -> None:
         ref = weakref.ref(dev_value)
     except TypeError:
         ref = None  # not weakly referenceable: the id alone (checked against nothing)
+    _keep(_s["copies"], id(dev_value), (ref, part), _MAX_COPIES)
+
+
+def _keep(table: collections.OrderedDict, key: int, value: tuple, most: int) -> None:
+    """Puts `value` last in `table`, dropping the oldest entries beyond `most`."""
     with _lock:
-        copies = _s["copies"]
-        copies[id(dev_value)] = (ref, part)
-        copies.move_to_end(id(dev_value))
-        while len(copies) > _MAX_COPIES:
-            copies.popitem(last=False)
+        table[key] = value
+        table.move_to_end(key)
+        while len(table) > most:
+            table.popitem(last=False)
 
 
 class Sums(tuple):
@@ -170,12 +174,7 @@ def remember_host(dev_value, host) -> None:
         ref = weakref.ref(dev_value, forget)
     except TypeError:
         return
-    with _lock:
-        hosts = _s["hosts"]
-        hosts[id(dev_value)] = (ref, sums)
-        hosts.move_to_end(id(dev_value))
-        while len(hosts) > _HOST_COPIES:
-            hosts.popitem(last=False)
+    _keep(hosts, key, (ref, sums), _HOST_COPIES)
 
 
 def copied_sums(dev_value) -> Sums | None:
