@@ -81,11 +81,7 @@ def torch_part(t) -> bytes | None:
     size = t.numel()
     if size < MIN_SIZE:
         return None
-    to_numpy = _s.get("to_numpy")
-    if to_numpy is None:
-        import torch
-
-        to_numpy = _s["to_numpy"] = getattr(torch.Tensor.numpy, "__wrapped__", torch.Tensor.numpy)
+    to_numpy = _to_numpy()
     src = t.detach() if t.requires_grad else t
     try:
         a = to_numpy(src)
@@ -96,6 +92,16 @@ def torch_part(t) -> bytes | None:
     return _part(a, size, t.shape, t.dtype)
 
 
+def _to_numpy():
+    """torch's own `Tensor.numpy` (not the probe's counted read), looked up once."""
+    to_numpy = _s.get("to_numpy")
+    if to_numpy is None:
+        import torch
+
+        to_numpy = _s["to_numpy"] = getattr(torch.Tensor.numpy, "__wrapped__", torch.Tensor.numpy)
+    return to_numpy
+
+
 def torch_host(t):
     """A floating tensor's values as a numpy array without a copy (a CPU tensor read in place), or a device tensor's
     Sums taken from the host source the probe saw it copied from; None otherwise (a dtype numpy lacks, a value made
@@ -104,11 +110,7 @@ def torch_host(t):
         return copied_sums(t)
     if not t.is_floating_point() or t.element_size() < 2 or str(t.dtype) == "torch.bfloat16":
         return None
-    to_numpy = _s.get("to_numpy")
-    if to_numpy is None:
-        import torch
-
-        to_numpy = _s["to_numpy"] = getattr(torch.Tensor.numpy, "__wrapped__", torch.Tensor.numpy)
+    to_numpy = _to_numpy()
     return to_numpy(t.detach() if t.requires_grad else t)
 
 

@@ -649,9 +649,7 @@ def _inner_batch_hook(module, args, kwargs):
         torch = sys.modules["torch"]
         if module.training and not core.clock.eval and torch.is_grad_enabled():
             return None
-        data = _data_values(torch, args, kwargs)
-        parts = [batches.torch_part(t) if t.is_cpu else batches.copied_part(t) for t in data]
-        batches.note_moments([batches.torch_host(t) for t in data], parts, "eval", "forward", core.clock.step)
+        _eval_moments(_data_values(torch, args, kwargs))
     except Exception as e:
         core.record_error("batch hook", e)
     return None
@@ -663,6 +661,17 @@ def _data_values(torch, args, kwargs) -> list:
     if kwargs:
         values = (*values, *list(kwargs.values())[:4])
     return [t for t in values if isinstance(t, torch.Tensor) and t.numel() >= batches.MIN_SIZE]
+
+
+def _parts(data: list) -> list:
+    """Each tensor's hashed bytes: a CPU tensor's own, a device tensor's host source's (None if not seen copied)."""
+    return [batches.torch_part(t) if t.is_cpu else batches.copied_part(t) for t in data]
+
+
+def _eval_moments(data: list, parts: list | None = None) -> None:
+    """A forward call outside training: its tensors as evaluation inputs (batches.note_moments)."""
+    batches.note_moments([batches.torch_host(t) for t in data], _parts(data) if parts is None else parts, "eval",
+                         "forward", core.clock.step)
 
 
 def _batch_hook(module, args, kwargs):
@@ -677,13 +686,12 @@ def _batch_hook(module, args, kwargs):
         if not training and not checking and not batches.wants_moments("eval"):
             return None
         data = _data_values(torch, args, kwargs)
-        parts = [batches.torch_part(t) if t.is_cpu else batches.copied_part(t) for t in data]
+        parts = _parts(data)
         if not training:
             if checking:
                 batches.note_after(parts, core.clock.step)
             if batches.wants_moments("eval"):
-                batches.note_moments([batches.torch_host(t) for t in data], parts, "eval", "forward",
-                                     core.clock.step)
+                _eval_moments(data, parts)
             return None
         step = core.clock.step + 1  # before the step's optimizer.step ticks the clock
         batches.note_shapes(data, "torch forward", step)
